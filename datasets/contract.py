@@ -1,0 +1,302 @@
+"""The data contract: the four tables every loader, profiler and predictor speaks.
+
+`docs/data-contract.md` is the prose version of this module; keep them in step. Each table is a
+pandera schema; `validate(df, kind, source=...)` coerces types, checks every rule and either
+returns the clean table or raises one `ContractError` naming the file, the row and the column
+of the first problem (and listing a few more). Rows are numbered from 1 in the order of the
+data, not counting the header.
+
+The `graph` kind is stored in one "long" table: one row per operator node, the sample's
+columns (model, device, specs, target) repeated on every node of that sample. That keeps each
+graph dataset a single CSV or Parquet file that validates like any other table.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Literal
+
+import pandas as pd
+import pandera.pandas as pa
+
+from perfcast.errors import ContractError
+
+Kind = Literal["scaling", "interference", "trace", "graph", "plan"]
+KINDS: tuple[Kind, ...] = ("scaling", "interference", "trace", "graph", "plan")
+
+
+def _req(dtype: object, *checks: pa.Check) -> pa.Column:
+    return pa.Column(dtype, list(checks), nullable=False, required=True)
+
+
+def _opt(dtype: object, *checks: pa.Check) -> pa.Column:
+    return pa.Column(dtype, list(checks), nullable=True, required=False)
+
+
+_POS = pa.Check.gt(0)
+_NONNEG = pa.Check.ge(0)
+_GE1 = pa.Check.ge(1)
+_PCT = pa.Check.in_range(0, 100)
+_NONEMPTY = pa.Check.str_length(min_value=1)
+_FINITE = pa.Check(lambda s: ~s.isin([math.inf, -math.inf]), name="finite")
+_DIGITS = pa.Check.str_matches(r"^[0-9]+$", name="digits")
+
+SCALING = pa.DataFrameSchema(
+    {
+        "job": _req(str, _NONEMPTY),
+        "gpu_type": _req(str, _NONEMPTY, pa.Check(lambda s: s == s.str.lower(), name="lower_case")),
+        "num_nodes": _req("int64", _GE1),
+        "num_gpus": _req("int64", _GE1),
+        "placement": _opt(str, _DIGITS),
+        "local_batch_size": _req("int64", _GE1),
+        "amp": _opt("boolean"),
+        "step_time_s": _req(float, _POS, _FINITE),
+        "sync_time_s": _opt(float, _NONNEG, _FINITE),
+        "source": _opt(str),
+    },
+    checks=[
+        pa.Check(lambda df: df["num_gpus"] >= df["num_nodes"], name="num_gpus >= num_nodes"),
+    ],
+    coerce=True,
+    strict=False,
+    name="scaling",
+)
+
+_PAIR_COLUMNS: dict[str, pa.Column] = {"gpu_type": _req(str, _NONEMPTY)}
+for _side in ("a", "b"):
+    _PAIR_COLUMNS |= {
+        f"{_side}_job": _req(str, _NONEMPTY),
+        f"{_side}_batch_size": _req("int64", _GE1),
+        f"{_side}_amp": _opt("boolean"),
+        f"{_side}_solo_throughput": _opt(float, _POS, _FINITE),
+        f"{_side}_gpu_util": _opt(float, _PCT),
+        f"{_side}_mem_util": _opt(float, _PCT),
+        f"{_side}_mem_mb": _opt(float, _NONNEG, _FINITE),
+        f"{_side}_speed": _req(float, _POS, _FINITE),
+    }
+INTERFERENCE = pa.DataFrameSchema(_PAIR_COLUMNS, coerce=True, strict=False, name="interference")
+
+TRACE = pa.DataFrameSchema(
+    {
+        "job_id": _req(str, _NONEMPTY, pa.Check(lambda s: ~s.duplicated(), name="unique")),
+        "submit_time_s": _req(float, _NONNEG, _FINITE),
+        "num_gpus": _req("int64", _NONNEG),
+        "duration_s": _req(float, _POS, _FINITE),
+        "user": _opt(str),
+        "vc": _opt(str),
+        "job": _opt(str),
+        "status": _opt(str),
+        "batch_size": _opt("Int64", _GE1),
+        "iterations": _opt("Int64", _NONNEG),
+    },
+    coerce=True,
+    strict=False,
+    name="trace",
+)
+
+
+def _json_list(s: pd.Series) -> pd.Series:
+    def ok(value: object) -> bool:
+        try:
+            return isinstance(json.loads(str(value)), list)
+        except ValueError:
+            return False
+
+    return s.map(ok)
+
+
+_JSON_LIST = pa.Check(_json_list, name="json_list")
+
+GRAPH_SAMPLE_COLUMNS = (
+    "sample_id", "model", "device", "mem_gb", "mem_bw_gbps", "num_sm", "peak_tflops_fp32",
+    "l2_mb", "mode", "batch_size", "seq_len", "e2e_latency_ms",
+)  # fmt: skip
+
+GRAPH = pa.DataFrameSchema(
+    {
+        # sample columns, constant within a sample_id
+        "sample_id": _req(str, _NONEMPTY),
+        "model": _req(str, _NONEMPTY),
+        "device": _req(str, _NONEMPTY),
+        "mem_gb": _opt(float, _POS),
+        "mem_bw_gbps": _opt(float, _POS),
+        "num_sm": _opt(float, _POS),
+        "peak_tflops_fp32": _opt(float, _POS),
+        "l2_mb": _opt(float, _POS),
+        "mode": _req(str, pa.Check.isin(["train", "inference"])),
+        "batch_size": _req("int64", _GE1),
+        "seq_len": _opt("Int64", _GE1),
+        "e2e_latency_ms": _req(float, _POS, _FINITE),
+        # node columns
+        "node_id": _req("int64", _NONNEG),
+        "op": _req(str, _NONEMPTY),
+        "input_shapes": _req(str, _JSON_LIST),
+        "output_shape": _req(str, _JSON_LIST),
+        "flops": _req(float, _NONNEG, _FINITE),
+        "bytes": _req(float, _NONNEG, _FINITE),
+        "inputs": _req(str, _JSON_LIST),
+        "params": _opt(float, _NONNEG),
+        "latency_ms": _opt(float, _NONNEG, _FINITE),
+    },
+    coerce=True,
+    strict=False,
+    name="graph",
+)
+
+# plan: a SQL engine's physical plan (the big-data DAG) run under some engine settings. Long form
+# like `graph`: one row per plan operator, the run's columns repeated on each of its operators.
+PLAN_RUN_COLUMNS = (
+    "sample_id", "query", "engine", "scale_factor", "threads", "memory_limit_mb",
+    "e2e_latency_ms",
+)  # fmt: skip
+
+PLAN = pa.DataFrameSchema(
+    {
+        "sample_id": _req(str, _NONEMPTY),
+        "query": _req(str, _NONEMPTY),
+        "engine": _req(str, _NONEMPTY),
+        "scale_factor": _req(float, _POS),
+        "threads": _req("int64", _GE1),
+        "memory_limit_mb": _opt(float, _POS),
+        "e2e_latency_ms": _req(float, _POS, _FINITE),
+        "node_id": _req("int64", _NONNEG),
+        "op": _req(str, _NONEMPTY),
+        "inputs": _req(str, _JSON_LIST),
+        "cardinality": _opt(float, _NONNEG),
+        "latency_ms": _opt(float, _NONNEG, _FINITE),
+    },
+    coerce=True,
+    strict=False,
+    name="plan",
+)
+
+SCHEMAS: dict[str, pa.DataFrameSchema] = {
+    "scaling": SCALING,
+    "interference": INTERFERENCE,
+    "trace": TRACE,
+    "graph": GRAPH,
+    "plan": PLAN,
+}
+
+TARGETS: dict[str, tuple[str, ...]] = {
+    "scaling": ("step_time_s",),
+    "interference": ("a_speed", "b_speed"),
+    "trace": ("duration_s",),
+    "graph": ("e2e_latency_ms",),
+    "plan": ("e2e_latency_ms",),
+}
+
+_TRUE = {"true", "1", "yes", "y", "t"}
+_FALSE = {"false", "0", "no", "n", "f"}
+
+
+def _normalize_booleans(df: pd.DataFrame, schema: pa.DataFrameSchema) -> pd.DataFrame:
+    """Accept the spellings of true/false that CSV writers produce; leave anything else alone
+    so the schema reports it."""
+    for name, column in schema.columns.items():
+        is_text = name in df.columns and not pd.api.types.is_bool_dtype(df[name])
+        if is_text and str(column.dtype) == "boolean":
+
+            def parse(v: object) -> object:
+                if v is None or (isinstance(v, float) and math.isnan(v)):
+                    return pd.NA
+                text = str(v).strip().lower()
+                if text in _TRUE:
+                    return True
+                if text in _FALSE:
+                    return False
+                return v
+
+            df[name] = df[name].map(parse)
+    return df
+
+
+def validate(df: pd.DataFrame, kind: str, *, source: str | None = None) -> pd.DataFrame:
+    """Return `df` coerced to the contract table `kind`, or raise `ContractError`.
+
+    `source` names the file (or dataset) in the error message.
+    """
+    if kind not in SCHEMAS:
+        raise ContractError(f"unknown table kind {kind!r}; expected one of {', '.join(KINDS)}")
+    schema = SCHEMAS[kind]
+    if df.empty:
+        raise ContractError(f"the {kind} table is empty", file=source)
+    missing = [n for n, c in schema.columns.items() if c.required and n not in df.columns]
+    if missing:
+        raise ContractError(
+            f"missing required column(s) {', '.join(missing)} for a {kind} table",
+            file=source,
+            column=missing[0],
+        )
+    df = _normalize_booleans(df.reset_index(drop=True).copy(), schema)
+    try:
+        clean = schema.validate(df, lazy=True)
+    except pa.errors.SchemaErrors as err:
+        raise _contract_error(err.failure_cases, kind, source) from None
+    if kind == "scaling":
+        _check_placement(clean, source)
+    if kind == "graph":
+        _check_constant_within_sample(clean, GRAPH_SAMPLE_COLUMNS, source)
+    if kind == "plan":
+        _check_constant_within_sample(clean, PLAN_RUN_COLUMNS, source)
+    return clean
+
+
+def _contract_error(cases: pd.DataFrame, kind: str, source: str | None) -> ContractError:
+    details, first = [], None
+    # Coercion failures repeat as dtype failures; keep the first of each (row, column).
+    cases = cases.drop_duplicates(subset=["column", "index"])
+    for case in cases.head(10).itertuples():
+        index = case.index
+        row = None if index is None or pd.isna(index) else int(index) + 1
+        value = case.failure_case
+        what = "missing value" if pd.isna(value) else f"value {value!r} fails {case.check}"
+        if case.check == "not_nullable":
+            what = "missing value in a required column"
+        text = f"row {row}, column {case.column!r}: {what}" if row else f"{case.column}: {what}"
+        details.append(text)
+        if first is None:
+            first = (row, case.column, what)
+    row, column, what = first if first else (None, None, "invalid table")
+    column_name = column if isinstance(column, str) else None
+    return ContractError(
+        f"{what} ({kind} table)", file=source, row=row, column=column_name, details=details
+    )
+
+
+def _check_placement(df: pd.DataFrame, source: str | None) -> None:
+    if "placement" not in df.columns:
+        return
+    for i, (placement, gpus, nodes) in enumerate(
+        zip(df["placement"], df["num_gpus"], df["num_nodes"], strict=True)
+    ):
+        if placement is None or pd.isna(placement):
+            continue
+        digits = [int(c) for c in str(placement) if c != "0"]
+        if sum(digits) != gpus or len(digits) != nodes:
+            raise ContractError(
+                f"placement {placement!r} does not match num_gpus={gpus}, num_nodes={nodes}",
+                file=source,
+                row=i + 1,
+                column="placement",
+            )
+
+
+def _check_constant_within_sample(
+    df: pd.DataFrame, sample_columns: tuple[str, ...], source: str | None
+) -> None:
+    present = [c for c in sample_columns if c in df.columns and c != "sample_id"]
+    varying = df.groupby("sample_id", sort=False)[present].nunique(dropna=False).max()
+    bad = varying[varying > 1]
+    if not bad.empty:
+        raise ContractError(
+            "sample columns must be constant within a sample_id",
+            file=source,
+            column=str(bad.index[0]),
+        )
+    if df.duplicated(["sample_id", "node_id"]).any():
+        row = int(df.index[df.duplicated(["sample_id", "node_id"])][0]) + 1
+        raise ContractError(
+            "node_id repeats within a sample", file=source, row=row, column="node_id"
+        )
