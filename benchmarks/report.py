@@ -1,0 +1,50 @@
+"""Write one section of docs/BENCHMARKS.md, leaving the other benchmarks' sections alone.
+
+Each benchmark script owns the text between `<!-- BEGIN name -->` and `<!-- END name -->`;
+the section always starts with the command that produced it.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+BENCHMARKS_MD = Path(__file__).resolve().parent.parent / "docs" / "BENCHMARKS.md"
+HEADER = (
+    "# Benchmarks\n\nEvery table below was written by the script named in its section, on the "
+    "machine described there. Re-run the command to refresh a section.\n"
+)
+
+
+def machine() -> str:
+    return (
+        f"{platform.machine()}, {psutil.cpu_count(logical=True)} CPUs, "
+        f"{psutil.virtual_memory().total / 2**30:.0f} GiB, Python {platform.python_version()}"
+    )
+
+
+def write_section(name: str, title: str, command: str, body: str) -> Path:
+    """Replace (or append) section `name` of docs/BENCHMARKS.md, atomically."""
+    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    section = (
+        f"<!-- BEGIN {name} -->\n## {title}\n\n"
+        f"Command: `{command}`  \nMeasured {stamp} on {machine()}.\n\n{body.strip()}\n"
+        f"<!-- END {name} -->"
+    )
+    text = BENCHMARKS_MD.read_text() if BENCHMARKS_MD.exists() else HEADER
+    pattern = re.compile(
+        rf"<!-- BEGIN {re.escape(name)} -->.*?<!-- END {re.escape(name)} -->", re.S
+    )
+    text = pattern.sub(lambda _: section, text) if pattern.search(text) else f"{text}\n{section}\n"
+    BENCHMARKS_MD.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=BENCHMARKS_MD.parent, prefix=".BENCHMARKS.")
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    os.replace(tmp, BENCHMARKS_MD)
+    return BENCHMARKS_MD
