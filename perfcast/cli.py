@@ -28,6 +28,7 @@ _GROUPS: list[tuple[str, str, str | None]] = [
     ("training.cli", "app", None),
     ("serving.cli", "app", None),
     ("scheduler.cli", "app", None),
+    ("scheduler.live.cli", "app", None),
 ]
 
 
