@@ -37,7 +37,7 @@ def _mount() -> None:
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as err:
-            if err.name == module_name:  # that package has no CLI yet
+            if err.name and module_name.startswith(err.name):  # that package has no CLI yet
                 continue
             raise
         sub = getattr(module, attr)
