@@ -1,0 +1,43 @@
+"""Predictors: one estimator contract (predictor.base), one predictor per task, several model
+families each. `make_predictor(task, family)` is the one place that maps names to classes."""
+
+from __future__ import annotations
+
+from predictor.backend import TASKS, PredictionBackend, Task
+from predictor.base import TaskPredictor
+from perfcast.errors import PerfcastError
+
+FAMILIES: dict[str, tuple[str, ...]] = {
+    "scaling": ("gbm", "fcn"),
+    "interference": ("gbm", "fcn"),
+    "runtime": ("gbm", "fcn", "rnn", "gnn"),
+    "duration": ("gbm", "fcn"),
+}
+DEFAULT_FAMILY = {"scaling": "gbm", "interference": "gbm", "runtime": "gbm", "duration": "gbm"}
+
+
+def make_predictor(task: str, family: str | None = None, **params: object) -> TaskPredictor:
+    """A fresh, unfitted predictor for `task` with model family `family` (default per task)."""
+    from predictor.duration import DurationPredictor
+    from predictor.interference import InterferencePredictor
+    from predictor.runtime import RuntimePredictor
+    from predictor.scaling import ScalingPredictor
+
+    classes = {
+        "scaling": ScalingPredictor,
+        "interference": InterferencePredictor,
+        "runtime": RuntimePredictor,
+        "duration": DurationPredictor,
+    }
+    if task not in classes:
+        raise PerfcastError(f"unknown task {task!r}; expected one of {', '.join(TASKS)}")
+    family = family or DEFAULT_FAMILY[task]
+    if family not in FAMILIES[task]:
+        raise PerfcastError(
+            f"model {family!r} is not available for task {task}; "
+            f"choose one of {', '.join(FAMILIES[task])} or auto"
+        )
+    return classes[task](model=family, **params)
+
+
+__all__ = ["FAMILIES", "TASKS", "PredictionBackend", "Task", "TaskPredictor", "make_predictor"]

@@ -1,0 +1,167 @@
+"""Features for the `runtime` task: a model's iteration latency from its operator graph.
+
+Every node gets a roofline time on the sample's device, max(flops / peak, bytes / bandwidth);
+their sum is the physical base the models correct (they predict log(latency / roofline)), so a
+faster device, seen or not, moves the prediction the right way. Three views of a graph:
+- `sample_table`: one row per sample, aggregated per op kind (for the tabular models);
+- `node_arrays`: per-node feature matrices in topological order with the graph's edges (for
+  the RNN and the GNN).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from datasets.contract import GRAPH_SAMPLE_COLUMNS
+from features.devices import SPEC_COLUMNS, fill_specs
+
+# op kinds that get their own aggregate columns; anything else counts as "other"
+OP_KINDS = (
+    "linear", "bmm", "conv2d", "softmax", "layernorm", "elementwise", "embedding", "dropout",
+    "activation", "reduction", "other",
+)  # fmt: skip
+_MS = 1e3
+
+
+def _normalize_op(op: pd.Series) -> pd.Series:
+    return op.where(op.isin(OP_KINDS[:-1]), "other")
+
+
+def with_roofline(nodes: pd.DataFrame) -> pd.DataFrame:
+    """Nodes with device specs filled and `roofline_ms` per node."""
+    nodes = fill_specs(nodes, "device")
+    compute_s = nodes["flops"] / (nodes["peak_tflops_fp32"] * 1e12)
+    memory_s = nodes["bytes"] / (nodes["mem_bw_gbps"] * 1e9)
+    nodes["roofline_ms"] = np.maximum(compute_s, memory_s) * _MS
+    nodes["op_kind"] = _normalize_op(nodes["op"])
+    return nodes
+
+
+def samples(nodes: pd.DataFrame) -> pd.DataFrame:
+    """One row per sample with the sample columns, in first-appearance order."""
+    present = [c for c in GRAPH_SAMPLE_COLUMNS if c in nodes.columns]
+    return nodes.drop_duplicates("sample_id")[present].set_index("sample_id")
+
+
+def _layer_repeat(info: pd.DataFrame) -> pd.Series:
+    """How many times the traced graph runs per iteration: NeuSight traces one layer of a
+    `num_layers`-layer model (see datasets/sources/neusight.py); other graphs run once."""
+    if "num_layers" not in info.columns:
+        return pd.Series(1.0, index=info.index)
+    traced = info["graph_layers"] if "graph_layers" in info.columns else 1.0
+    return (info["num_layers"].astype(float) / traced).fillna(1.0)
+
+
+def sample_table(nodes: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
+    """(features per sample, log roofline base per sample), indexed by sample_id."""
+    nodes = with_roofline(nodes)
+    info = fill_specs(samples(nodes).reset_index(), "device").set_index("sample_id")
+    repeat = _layer_repeat(info)
+    grouped = nodes.groupby(["sample_id", "op_kind"], sort=False)
+    per_kind = {
+        name: series.unstack("op_kind").reindex(index=info.index, columns=OP_KINDS).fillna(0.0)
+        for name, series in (("n", grouped.size()), ("roofline_ms", grouped["roofline_ms"].sum()))
+    }
+    X = pd.DataFrame(index=info.index)
+    totals = nodes.groupby("sample_id", sort=False)[["flops", "bytes", "roofline_ms"]].sum()
+    totals = totals.reindex(info.index).mul(repeat, axis=0)
+    X["log_flops"] = np.log1p(totals["flops"])
+    X["log_bytes"] = np.log1p(totals["bytes"])
+    X["log_nodes"] = np.log(nodes.groupby("sample_id", sort=False).size().reindex(info.index))
+    for kind in OP_KINDS:
+        X[f"roofline_share_{kind}"] = per_kind["roofline_ms"][kind] / totals["roofline_ms"]
+        X[f"log_n_{kind}"] = np.log1p(per_kind["n"][kind])
+    for column in SPEC_COLUMNS:
+        X[column] = np.log(info[column].astype(float))
+    X["train"] = (info["mode"] == "train").astype(float)
+    X["log_batch"] = np.log2(info["batch_size"].astype(float))
+    seq = info["seq_len"] if "seq_len" in info.columns else pd.Series(np.nan, index=info.index)
+    X["log_seq"] = np.log2(seq.astype(float))
+    X["log_repeat"] = np.log(repeat)
+    return X, np.log(totals["roofline_ms"].to_numpy(dtype=float))
+
+
+_SAME_WORKLOAD = [["model", "mode", "batch_size", "seq_len"], ["model", "mode"], ["model"]]
+
+
+class RuntimeHistory:
+    """What the same model measured on other devices says: for each sample, the median
+    log(latency / roofline) of training samples of the same workload on a different device
+    (the exact configuration first, then the same model and mode, then the model)."""
+
+    def fit(self, nodes: pd.DataFrame, log_ratio: np.ndarray) -> RuntimeHistory:
+        self.reference_ = samples(nodes).reset_index().assign(log_ratio=log_ratio)
+        return self
+
+    def transform(self, nodes: pd.DataFrame) -> pd.DataFrame:
+        info = samples(nodes).reset_index()
+        out = pd.DataFrame(index=info["sample_id"])
+        for level, keys in enumerate(_SAME_WORKLOAD):
+            keys = [k for k in keys if k in info.columns]
+            merged = info[["sample_id", "device", *keys]].merge(
+                self.reference_[["device", *keys, "log_ratio"]], on=keys, suffixes=("", "_ref")
+            )
+            merged = merged[merged["device"] != merged["device_ref"]]
+            ratio = merged.groupby("sample_id")["log_ratio"].median()
+            out[f"history_log_ratio_{level}"] = ratio.reindex(out.index).to_numpy()
+        return out
+
+
+NODE_FEATURES = len(OP_KINDS) + 5
+
+
+@dataclass
+class GraphArrays:
+    """One sample in arrays: node features (n, NODE_FEATURES) in topological order, edges
+    (2, m) as (source, target) positions, and the sample's global features."""
+
+    sample_id: str
+    x: np.ndarray
+    edges: np.ndarray
+    globals: np.ndarray
+    log_base: float
+
+
+def node_arrays(nodes: pd.DataFrame, extra: pd.DataFrame | None = None) -> list[GraphArrays]:
+    """Per-sample arrays for the sequence and graph models; `extra` adds global features."""
+    nodes = with_roofline(nodes)
+    table, log_base = sample_table(nodes)
+    if extra is not None:
+        table = table.join(extra)
+    base_by_sample = dict(zip(table.index, log_base, strict=True))
+    globals_by_sample = table.fillna(0.0)
+    kind_index = {k: i for i, k in enumerate(OP_KINDS)}
+    out = []
+    for sample_id, part in nodes.groupby("sample_id", sort=False):
+        n = len(part)
+        x = np.zeros((n, NODE_FEATURES), dtype=np.float32)
+        x[np.arange(n), part["op_kind"].map(kind_index).to_numpy()] = 1.0
+        flops = part["flops"].to_numpy(dtype=float)
+        nbytes = part["bytes"].to_numpy(dtype=float)
+        k = len(OP_KINDS)
+        x[:, k] = np.log1p(flops) / 20
+        x[:, k + 1] = np.log1p(nbytes) / 20
+        x[:, k + 2] = np.log1p(part["roofline_ms"].to_numpy(dtype=float) * 1e3) / 10
+        x[:, k + 3] = np.log1p(flops / np.maximum(nbytes, 1.0)) / 5
+        x[:, k + 4] = (part["roofline_ms"].to_numpy() / max(part["roofline_ms"].sum(), 1e-12))
+        position = {nid: i for i, nid in enumerate(part["node_id"].to_numpy())}
+        src, dst = [], []
+        for i, inputs in enumerate(part["inputs"].to_numpy()):
+            for parent in json.loads(inputs):
+                if parent in position:
+                    src.append(position[parent])
+                    dst.append(i)
+        out.append(
+            GraphArrays(
+                str(sample_id),
+                x,
+                np.array([src, dst], dtype=np.int64).reshape(2, -1),
+                globals_by_sample.loc[sample_id].to_numpy(dtype=np.float32),
+                float(base_by_sample[sample_id]),
+            )
+        )
+    return out

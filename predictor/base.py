@@ -1,0 +1,80 @@
+"""The estimator contract every perfcast predictor follows (scikit-learn style).
+
+`__init__` only stores parameters; `fit(rows)` learns from contract-table rows (targets taken
+from the rows when `y` is None) and returns `self`; learned attributes end in `_`;
+`predict(rows)` gives point predictions; `predict_interval(rows)` gives, for each target, the
+columns `<target>`, `<target>_p10` and `<target>_p90` (the shape `predictor.backend` promises).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import ClassVar, Self
+
+import numpy as np
+import pandas as pd
+from sklearn.base import BaseEstimator
+
+from datasets.contract import validate
+from perfcast.errors import ContractError
+
+
+class TaskPredictor(BaseEstimator, ABC):
+    task: ClassVar[str]
+    kind: ClassVar[str]  # contract table the rows follow
+    targets: ClassVar[tuple[str, ...]]
+    family: ClassVar[str]  # model family name, e.g. "gbm", "fcn", "rnn", "gnn"
+
+    def fit(self, rows: pd.DataFrame, y: pd.DataFrame | None = None) -> Self:
+        rows = self._with_targets(rows, y)
+        return self._fit(validate(rows, self.kind, source=f"{self.task} training rows"))
+
+    def predict(self, rows: pd.DataFrame) -> np.ndarray:
+        frame = self.predict_interval(rows)
+        values = frame[list(self.targets)].to_numpy()
+        return values[:, 0] if len(self.targets) == 1 else values
+
+    def predict_interval(self, rows: pd.DataFrame) -> pd.DataFrame:
+        if not hasattr(self, "fitted_"):
+            raise ContractError(f"{type(self).__name__} is not fitted")
+        return self._predict_interval(self._check_rows(rows))
+
+    @abstractmethod
+    def _fit(self, rows: pd.DataFrame) -> Self: ...
+
+    @abstractmethod
+    def _predict_interval(self, rows: pd.DataFrame) -> pd.DataFrame: ...
+
+    def _with_targets(self, rows: pd.DataFrame, y: pd.DataFrame | None) -> pd.DataFrame:
+        if y is None:
+            return rows
+        rows = rows.copy()
+        y = pd.DataFrame(y)
+        for i, target in enumerate(self.targets):
+            rows[target] = y[target].to_numpy() if target in y else y.iloc[:, i].to_numpy()
+        return rows
+
+    def _check_rows(self, rows: pd.DataFrame) -> pd.DataFrame:
+        """Validate prediction rows against the contract with placeholder targets, so a row
+        is refused for the same reasons a training row would be (targets are not needed)."""
+        if rows.empty:
+            raise ContractError(f"no rows to predict for task {self.task}")
+        probe = rows.copy()
+        for target in self.targets:
+            if target not in probe.columns or probe[target].isna().any():
+                probe[target] = 1.0
+        clean = validate(probe, self.kind, source=f"{self.task} prediction rows")
+        return clean.drop(columns=[t for t in self.targets if t not in rows.columns])
+
+
+def interval_frame(
+    targets: tuple[str, ...], index: pd.Index, quantiles: list[tuple[np.ndarray, ...]]
+) -> pd.DataFrame:
+    """Build the output frame from (p10, p50, p90) arrays per target, p10 <= p50 <= p90."""
+    columns: dict[str, np.ndarray] = {}
+    for target, (lo, mid, hi) in zip(targets, quantiles, strict=True):
+        stacked = np.sort(np.vstack([lo, mid, hi]), axis=0)
+        columns[target] = stacked[1]
+        columns[f"{target}_p10"] = stacked[0]
+        columns[f"{target}_p90"] = stacked[2]
+    return pd.DataFrame(columns, index=index)

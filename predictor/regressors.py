@@ -1,0 +1,178 @@
+"""Tabular quantile regressors: gradient-boosted trees and a fully connected network.
+
+Both learn p10, p50 and p90 of a (log-scale) target from a feature frame whose columns are
+numbers or pandas categoricals, so either one can sit behind any tabular task predictor.
+"""
+
+from __future__ import annotations
+
+from typing import Self
+
+import lightgbm as lgb
+import numpy as np
+import pandas as pd
+import torch
+from sklearn.base import BaseEstimator
+from torch import nn
+
+QUANTILES = (0.1, 0.5, 0.9)
+
+
+class QuantileGBM(BaseEstimator):
+    """LightGBM: one L2 model for the point estimate, two quantile models for p10 and p90."""
+
+    def __init__(
+        self,
+        n_estimators: int = 400,
+        learning_rate: float = 0.05,
+        num_leaves: int = 31,
+        min_child_samples: int = 5,
+        random_state: int = 0,
+    ) -> None:
+        self.n_estimators = n_estimators
+        self.learning_rate = learning_rate
+        self.num_leaves = num_leaves
+        self.min_child_samples = min_child_samples
+        self.random_state = random_state
+
+    def _model(self, **objective: object) -> lgb.LGBMRegressor:
+        return lgb.LGBMRegressor(
+            n_estimators=self.n_estimators,
+            learning_rate=self.learning_rate,
+            num_leaves=self.num_leaves,
+            min_child_samples=self.min_child_samples,
+            subsample=0.9,
+            subsample_freq=1,
+            colsample_bytree=0.9,
+            random_state=self.random_state,
+            n_jobs=2,
+            verbose=-1,
+            **objective,
+        )
+
+    def fit(self, X: pd.DataFrame, y: np.ndarray) -> Self:
+        self.models_ = [
+            self._model(objective="quantile", alpha=QUANTILES[0]).fit(X, y),
+            self._model(objective="regression").fit(X, y),
+            self._model(objective="quantile", alpha=QUANTILES[2]).fit(X, y),
+        ]
+        return self
+
+    def predict_quantiles(self, X: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        lo, mid, hi = (m.predict(X) for m in self.models_)
+        return lo, mid, hi
+
+
+class _MLP(nn.Module):
+    def __init__(self, n_in: int, hidden: tuple[int, ...], n_out: int) -> None:
+        super().__init__()
+        layers: list[nn.Module] = []
+        for width in hidden:
+            layers += [nn.Linear(n_in, width), nn.SiLU()]
+            n_in = width
+        layers.append(nn.Linear(n_in, n_out))
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+def pinball_loss(pred: torch.Tensor, y: torch.Tensor, quantiles: torch.Tensor) -> torch.Tensor:
+    """Mean quantile (pinball) loss of `pred` (n, q) against `y` (n,)."""
+    diff = y.unsqueeze(1) - pred
+    return torch.maximum(quantiles * diff, (quantiles - 1) * diff).mean()
+
+
+class TabularEncoder:
+    """Numbers standardized with a missing-value indicator; categoricals one-hot (an unseen
+    category encodes as all zeros, so it never crashes)."""
+
+    def fit(self, X: pd.DataFrame) -> Self:
+        self.numeric_ = [c for c in X.columns if not isinstance(X[c].dtype, pd.CategoricalDtype)]
+        self.categorical_ = {
+            c: list(X[c].cat.categories)
+            for c in X.columns
+            if isinstance(X[c].dtype, pd.CategoricalDtype)
+        }
+        values = X[self.numeric_].to_numpy(dtype=np.float64)
+        self.mean_ = np.nan_to_num(np.nanmean(values, axis=0)) if len(values) else 0.0
+        self.std_ = np.nan_to_num(np.nanstd(values, axis=0), nan=1.0)
+        self.std_[self.std_ < 1e-9] = 1.0
+        return self
+
+    def transform(self, X: pd.DataFrame) -> np.ndarray:
+        values = X[self.numeric_].to_numpy(dtype=np.float64)
+        missing = np.isnan(values)
+        scaled = np.where(missing, 0.0, (values - self.mean_) / self.std_)
+        parts = [scaled, missing.astype(np.float64)]
+        for column, categories in self.categorical_.items():
+            codes = pd.Categorical(X[column], categories=categories).codes
+            onehot = np.zeros((len(X), len(categories)))
+            known = codes >= 0
+            onehot[np.flatnonzero(known), codes[known]] = 1.0
+            parts.append(onehot)
+        return np.hstack(parts).astype(np.float32)
+
+
+class QuantileMLP(BaseEstimator):
+    """A fully connected network with three quantile heads (p10, p50, p90), trained with the
+    pinball loss; an ensemble of `n_members` networks averages out initialization noise."""
+
+    def __init__(
+        self,
+        hidden: tuple[int, ...] = (128, 128),
+        epochs: int = 300,
+        lr: float = 3e-3,
+        weight_decay: float = 1e-4,
+        batch_size: int = 256,
+        n_members: int = 3,
+        random_state: int = 0,
+    ) -> None:
+        self.hidden = hidden
+        self.epochs = epochs
+        self.lr = lr
+        self.weight_decay = weight_decay
+        self.batch_size = batch_size
+        self.n_members = n_members
+        self.random_state = random_state
+
+    def fit(self, X: pd.DataFrame, y: np.ndarray) -> Self:
+        self.encoder_ = TabularEncoder().fit(X)
+        features = torch.from_numpy(self.encoder_.transform(X))
+        target = torch.as_tensor(np.asarray(y, dtype=np.float32))
+        self.y_mean_, self.y_std_ = float(target.mean()), float(target.std().clamp(min=1e-6))
+        target = (target - self.y_mean_) / self.y_std_
+        quantiles = torch.tensor(QUANTILES)
+        self.members_ = []
+        for member in range(self.n_members):
+            torch.manual_seed(self.random_state + member)
+            net = _MLP(features.shape[1], tuple(self.hidden), len(QUANTILES))
+            optimizer = torch.optim.AdamW(net.parameters(), lr=self.lr, weight_decay=self.weight_decay)
+            scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, self.epochs)
+            n = len(features)
+            for _ in range(self.epochs):
+                order = torch.randperm(n)
+                for start in range(0, n, self.batch_size):
+                    idx = order[start : start + self.batch_size]
+                    optimizer.zero_grad()
+                    pinball_loss(net(features[idx]), target[idx], quantiles).backward()
+                    optimizer.step()
+                scheduler.step()
+            net.eval()
+            self.members_.append(net)
+        return self
+
+    def predict_quantiles(self, X: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        features = torch.from_numpy(self.encoder_.transform(X))
+        with torch.inference_mode():
+            out = torch.stack([m(features) for m in self.members_]).mean(0).numpy()
+        out = out * self.y_std_ + self.y_mean_
+        return out[:, 0], out[:, 1], out[:, 2]
+
+
+def make_regressor(family: str, **params: object) -> QuantileGBM | QuantileMLP:
+    if family == "gbm":
+        return QuantileGBM(**params)
+    if family == "fcn":
+        return QuantileMLP(**params)
+    raise ValueError(f"unknown tabular model family {family!r}; expected gbm or fcn")
