@@ -24,7 +24,7 @@ def read_table(path: str | Path, kind: str | None = None) -> pd.DataFrame:
             f"unsupported file type {path.suffix!r}; use .csv or .parquet", file=str(path)
         )
     try:
-        df = pd.read_csv(path) if path.suffix == ".csv" else pd.read_parquet(path)
+        df = pd.read_csv(path, low_memory=False) if path.suffix == ".csv" else pd.read_parquet(path)
     except (ValueError, OSError, pd.errors.ParserError) as err:
         raise ContractError(f"cannot parse: {err}", file=str(path)) from None
     return validate(df, kind, source=str(path)) if kind else df

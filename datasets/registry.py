@@ -7,6 +7,7 @@ as Parquet keyed by the input files' sha256 and the loader's version, so a secon
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib
 import pkgutil
@@ -84,7 +85,9 @@ def _manifest_license(files: tuple[str, ...] | list[str]) -> str:
     return "/".join(licenses) or "unknown"
 
 
+@functools.cache
 def _discover() -> None:
+    """Import every loader module once, so each registers its datasets."""
     import datasets.sources as sources
 
     for info in pkgutil.iter_modules(sources.__path__):
@@ -92,8 +95,7 @@ def _discover() -> None:
 
 
 def registry() -> dict[str, Dataset]:
-    if not _REGISTRY:
-        _discover()
+    _discover()
     return dict(sorted(_REGISTRY.items()))
 
 
