@@ -1,0 +1,127 @@
+"""The elastic dynamic program: optimal (brute force agrees), within the cluster, within limits."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_optimizer_measured import needs_data, pollux_placements
+
+from perfcast.errors import PerfcastError
+from scheduler.optimizer.elastic import (
+    ElasticJob,
+    InfeasibleAllocationError,
+    allocate,
+    allocate_exhaustive,
+    allocate_greedy,
+    total_throughput,
+)
+
+
+@st.composite
+def tiny_cases(draw: st.DrawFn) -> tuple[list[ElasticJob], int]:
+    total = draw(st.integers(0, 6))
+    jobs = []
+    for i in range(draw(st.integers(1, 4))):
+        keys = draw(
+            st.lists(st.tuples(st.integers(1, 5), st.sampled_from([16, 32, 64])), max_size=6)
+        )
+        rates = st.floats(0, 100, allow_nan=False, allow_infinity=False)
+        throughput = {key: draw(rates) for key in keys}
+        min_gpus = draw(st.integers(0, 2))
+        max_gpus = draw(st.none() | st.integers(max(min_gpus, 1), 5))
+        weight = draw(st.floats(0.1, 3))
+        jobs.append(ElasticJob(f"j{i}", throughput, min_gpus, max_gpus, weight))
+    return jobs, total
+
+
+def _check_limits(jobs: list[ElasticJob], allocation: dict, total: int) -> None:
+    assert set(allocation) == {j.job_id for j in jobs}
+    assert sum(g for g, _ in allocation.values()) <= total
+    for job in jobs:
+        gpus, batch = allocation[job.job_id]
+        if gpus == 0:
+            assert job.min_gpus == 0 and batch == 0
+            continue
+        assert (gpus, batch) in job.throughput
+        assert gpus >= job.min_gpus
+        assert job.max_gpus is None or gpus <= job.max_gpus
+        # the batch size is the job's best at that GPU count
+        best = max(v for (g, _), v in job.throughput.items() if g == gpus)
+        assert job.throughput[(gpus, batch)] == best
+
+
+@settings(max_examples=300, deadline=None)
+@given(tiny_cases())
+def test_dp_matches_brute_force_and_beats_greedy(case: tuple[list[ElasticJob], int]) -> None:
+    jobs, total = case
+    try:
+        exact = allocate_exhaustive(jobs, total)
+    except InfeasibleAllocationError:
+        with pytest.raises(InfeasibleAllocationError):
+            allocate(jobs, total)
+        return
+    dp, greedy = allocate(jobs, total), allocate_greedy(jobs, total)
+    for allocation in (dp, greedy):
+        _check_limits(jobs, allocation, total)
+    best = total_throughput(jobs, exact)
+    assert math.isclose(total_throughput(jobs, dp), best, rel_tol=1e-9, abs_tol=1e-9)
+    assert total_throughput(jobs, dp) >= total_throughput(jobs, greedy) - 1e-9
+
+
+def test_minimums_that_do_not_fit_name_the_jobs() -> None:
+    jobs = [ElasticJob(f"big{i}", {(4, 32): 10.0}, min_gpus=4) for i in range(3)]
+    with pytest.raises(InfeasibleAllocationError, match=r"at least 12 GPUs.*has 8.*big"):
+        allocate(jobs, 8)
+
+
+def test_a_required_job_without_any_usable_gpu_count_is_refused() -> None:
+    jobs = [ElasticJob("a", {(2, 32): 10.0}, min_gpus=1, max_gpus=1)]
+    with pytest.raises(InfeasibleAllocationError, match=r"job\(s\) a have"):
+        allocate(jobs, 8)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"throughput": {(0, 32): 1.0}},
+        {"throughput": {(1, 32): -1.0}},
+        {"throughput": {(1, 32): math.nan}},
+        {"throughput": {}, "min_gpus": -1},
+        {"throughput": {}, "min_gpus": 3, "max_gpus": 2},
+        {"throughput": {}, "weight": 0.0},
+    ],
+)
+def test_bad_jobs_are_refused_with_their_id(kwargs: dict) -> None:
+    with pytest.raises(PerfcastError, match="'bad'"):
+        ElasticJob("bad", **kwargs)
+
+
+def test_duplicate_job_ids_are_refused() -> None:
+    jobs = [ElasticJob("x", {(1, 8): 1.0}), ElasticJob("x", {(1, 8): 2.0})]
+    with pytest.raises(PerfcastError, match="'x' appears more than once"):
+        allocate(jobs, 4)
+
+
+@needs_data
+def test_dp_on_measured_pollux_curves_is_optimal_and_no_worse_than_greedy() -> None:
+    # samples/s = global batch / measured step time; best placement per (GPUs, batch)
+    table = pollux_placements()
+    table = table.assign(
+        global_batch=table["num_gpus"] * table["local_batch_size"],
+        rate=table["num_gpus"] * table["local_batch_size"] / table["step_time_s"],
+    )
+    jobs = []
+    for model, rows in table.groupby("job"):
+        best = rows.groupby(["num_gpus", "global_batch"])["rate"].max()
+        throughput = {(int(g), int(b)): float(r) for (g, b), r in best.items() if g <= 4}
+        # weights turn samples/s into progress per second, so models are comparable
+        jobs.append(ElasticJob(str(model), throughput, weight=1 / max(throughput.values())))
+    for total in (3, 6, 10):
+        dp = allocate(jobs, total)
+        _check_limits(jobs, dp, total)
+        exact = total_throughput(jobs, allocate_exhaustive(jobs, total))
+        assert math.isclose(total_throughput(jobs, dp), exact, rel_tol=1e-9)
+        assert total_throughput(jobs, dp) >= total_throughput(jobs, allocate_greedy(jobs, total))
