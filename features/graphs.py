@@ -147,7 +147,7 @@ def node_arrays(nodes: pd.DataFrame, extra: pd.DataFrame | None = None) -> list[
         x[:, k + 1] = np.log1p(nbytes) / 20
         x[:, k + 2] = np.log1p(part["roofline_ms"].to_numpy(dtype=float) * 1e3) / 10
         x[:, k + 3] = np.log1p(flops / np.maximum(nbytes, 1.0)) / 5
-        x[:, k + 4] = (part["roofline_ms"].to_numpy() / max(part["roofline_ms"].sum(), 1e-12))
+        x[:, k + 4] = part["roofline_ms"].to_numpy() / max(part["roofline_ms"].sum(), 1e-12)
         position = {nid: i for i, nid in enumerate(part["node_id"].to_numpy())}
         src, dst = [], []
         for i, inputs in enumerate(part["inputs"].to_numpy()):

@@ -3,9 +3,9 @@ families each. `make_predictor(task, family)` is the one place that maps names t
 
 from __future__ import annotations
 
+from perfcast.errors import PerfcastError
 from predictor.backend import TASKS, PredictionBackend, Task
 from predictor.base import TaskPredictor
-from perfcast.errors import PerfcastError
 
 FAMILIES: dict[str, tuple[str, ...]] = {
     "scaling": ("gbm", "fcn"),

@@ -106,7 +106,9 @@ class GraphQuantileNet(BaseEstimator):
         quantiles = torch.tensor(QUANTILES)
         batches = [
             self._inputs([graphs[i] for i in idx])
-            for idx in np.array_split(np.arange(len(graphs)), max(1, len(graphs) // self.batch_size))
+            for idx in np.array_split(
+                np.arange(len(graphs)), max(1, len(graphs) // self.batch_size)
+            )
         ]
         splits = np.array_split(np.arange(len(graphs)), len(batches))
         self.net_.train()

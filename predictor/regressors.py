@@ -147,7 +147,9 @@ class QuantileMLP(BaseEstimator):
         for member in range(self.n_members):
             torch.manual_seed(self.random_state + member)
             net = _MLP(features.shape[1], tuple(self.hidden), len(QUANTILES))
-            optimizer = torch.optim.AdamW(net.parameters(), lr=self.lr, weight_decay=self.weight_decay)
+            optimizer = torch.optim.AdamW(
+                net.parameters(), lr=self.lr, weight_decay=self.weight_decay
+            )
             scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, self.epochs)
             n = len(features)
             for _ in range(self.epochs):

@@ -1,0 +1,56 @@
+"""The in-process prediction backend: champion models from the MLflow registry, in memory."""
+
+from __future__ import annotations
+
+import threading
+
+import pandas as pd
+
+from perfcast.errors import PerfcastError
+from predictor.backend import TASKS, Task
+
+
+class InProcessBackend:
+    """`predict(task, rows)` with the registered champions, loaded on first use per task.
+
+    `tasks` limits which tasks are loaded; `reload()` picks up new champions.
+    """
+
+    def __init__(self, tasks: tuple[str, ...] = TASKS) -> None:
+        self.tasks = tasks
+        self._champions: dict[str, object] = {}
+        self._lock = threading.Lock()
+
+    def _champion(self, task: str):
+        from training.model_store import require_champion
+
+        if task not in self.tasks:
+            raise PerfcastError(
+                f"task {task!r} is not served; expected one of {', '.join(self.tasks)}"
+            )
+        with self._lock:
+            if task not in self._champions:
+                self._champions[task] = require_champion(task)
+            return self._champions[task]
+
+    def predict(self, task: Task, rows: pd.DataFrame) -> pd.DataFrame:
+        return self._champion(task).predictor.predict_interval(rows)
+
+    def loaded(self) -> dict[str, object]:
+        """The champions loaded so far, by task."""
+        return dict(self._champions)
+
+    def load_all(self) -> list[str]:
+        """Load every task's champion that exists; returns the tasks without one."""
+        missing = []
+        for task in self.tasks:
+            try:
+                self._champion(task)
+            except PerfcastError:
+                missing.append(task)
+        return missing
+
+    def reload(self) -> list[str]:
+        with self._lock:
+            self._champions.clear()
+        return self.load_all()

@@ -1,0 +1,101 @@
+"""MLflow: tracking store, the pyfunc model perfcast logs, and the registry's `champion` alias.
+
+The default store is an embedded SQLite file under perfcast's data directory
+(`$PERFCAST_HOME`, else `var/` in the project); `MLFLOW_TRACKING_URI` overrides it. What the
+trainer registers is exactly what the server loads: a pyfunc model answering
+`predict(DataFrame) -> DataFrame` with `<target>`, `<target>_p10`, `<target>_p90`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+from dataclasses import dataclass
+
+import mlflow
+import pandas as pd
+from mlflow.exceptions import MlflowException
+from mlflow.tracking import MlflowClient
+
+from perfcast.errors import PerfcastError
+from perfcast.paths import state_dir
+from predictor.base import TaskPredictor
+
+EXPERIMENT = "perfcast"
+CHAMPION = "champion"
+
+
+def model_name(task: str) -> str:
+    return f"perfcast-{task}"
+
+
+def configure() -> str:
+    """Point MLflow at the tracking store and the perfcast experiment; returns the URI."""
+    uri = os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{state_dir() / 'mlflow.db'}"
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    logging.getLogger("mlflow").setLevel(logging.WARNING)
+    warnings.filterwarnings("ignore", module="mlflow")
+    mlflow.set_tracking_uri(uri)
+    mlflow.set_registry_uri(uri)
+    if mlflow.get_experiment_by_name(EXPERIMENT) is None:
+        artifacts = (state_dir() / "mlartifacts").as_uri() if uri.startswith("sqlite") else None
+        mlflow.create_experiment(EXPERIMENT, artifact_location=artifacts)
+    mlflow.set_experiment(EXPERIMENT)
+    return uri
+
+
+class PerfcastModel(mlflow.pyfunc.PythonModel):
+    """The pyfunc wrapper around a fitted task predictor."""
+
+    def __init__(self, predictor: TaskPredictor) -> None:
+        self.predictor = predictor
+
+    def predict(self, context: object, model_input: pd.DataFrame, params: dict | None = None):
+        return self.predictor.predict_interval(model_input).reset_index(drop=True)
+
+
+@dataclass(frozen=True)
+class Champion:
+    task: str
+    predictor: TaskPredictor
+    version: str
+    run_id: str
+    family: str
+    trained_at: str
+    metrics: dict[str, float]
+
+
+def load_champion(task: str) -> Champion | None:
+    """The registered champion of `task`, or None when there is none."""
+    configure()
+    client = MlflowClient()
+    try:
+        version = client.get_model_version_by_alias(model_name(task), CHAMPION)
+    except MlflowException:
+        return None
+    model = mlflow.pyfunc.load_model(f"models:/{model_name(task)}@{CHAMPION}")
+    predictor = model.unwrap_python_model().predictor
+    run = client.get_run(version.run_id)
+    return Champion(
+        task=task,
+        predictor=predictor,
+        version=str(version.version),
+        run_id=version.run_id,
+        family=run.data.params.get("model", "unknown"),
+        trained_at=pd.Timestamp(run.info.start_time, unit="ms", tz="UTC").isoformat(),
+        metrics={k: float(v) for k, v in run.data.metrics.items()},
+    )
+
+
+def set_champion(task: str, version: str) -> None:
+    MlflowClient().set_registered_model_alias(model_name(task), CHAMPION, version)
+
+
+def require_champion(task: str) -> Champion:
+    champion = load_champion(task)
+    if champion is None:
+        raise PerfcastError(
+            f"no champion model for task {task}; train one with `perfcast train --task {task}`"
+        )
+    return champion
