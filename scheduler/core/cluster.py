@@ -1,0 +1,172 @@
+"""The cluster: node groups of GPUs of one type (`ClusterSpec`) and which job holds which GPU
+(`ClusterState`).
+
+A GPU is named by a `GpuSlot` `(node, gpu)`, both counted from 0. A GPU normally holds one job;
+Gandiva-style sharing (packing or time-slicing) puts two or more jobs on the same slot, so each
+slot keeps a list of its occupants.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from perfcast.errors import PerfcastError
+
+GpuSlot = tuple[int, int]
+
+
+class ClusterSpecError(PerfcastError):
+    """A cluster specification that cannot be parsed."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeGroup:
+    """`count` identical nodes, each with `gpus_per_node` GPUs of `gpu_type` (lower case)."""
+
+    count: int
+    gpus_per_node: int
+    gpu_type: str
+
+
+_GROUP = re.compile(r"^\s*(\d+)\s*x\s*(\d+)\s*:\s*([A-Za-z0-9_\-]+)\s*$")
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSpec:
+    """Node groups, in order; node `i` of the cluster is the i-th node over all groups."""
+
+    groups: tuple[NodeGroup, ...]
+
+    @classmethod
+    def parse(cls, spec: str | Path) -> ClusterSpec:
+        """From a flag string `16x8:v100` (nodes x GPUs per node : type; several groups joined
+        with `,` or `+`) or a YAML file `{nodes: [{count: 16, gpus: 8, type: v100}, ...]}`."""
+        text = str(spec)
+        if text.endswith((".yaml", ".yml")) or Path(text).is_file():
+            return cls.from_yaml(Path(text))
+        groups = []
+        for part in re.split(r"[,+]", text):
+            match = _GROUP.match(part)
+            if not match:
+                raise ClusterSpecError(
+                    f"cluster spec {text!r}: cannot read {part!r}; expected NODESxGPUS:TYPE, "
+                    "for example 16x8:v100 or 4x8:v100,2x4:k80, or a YAML file"
+                )
+            groups.append(NodeGroup(int(match[1]), int(match[2]), match[3].lower()))
+        return cls._checked(tuple(groups), text)
+
+    @classmethod
+    def from_yaml(cls, path: Path) -> ClusterSpec:
+        if not path.is_file():
+            raise ClusterSpecError(f"cluster spec file {path} does not exist")
+        data = yaml.safe_load(path.read_text())
+        nodes = data.get("nodes") if isinstance(data, dict) else None
+        if not isinstance(nodes, list):
+            raise ClusterSpecError(f"{path}: expected a mapping with a list under 'nodes'")
+        groups = []
+        for i, entry in enumerate(nodes):
+            try:
+                groups.append(
+                    NodeGroup(int(entry["count"]), int(entry["gpus"]), str(entry["type"]).lower())
+                )
+            except (KeyError, TypeError, ValueError) as err:
+                raise ClusterSpecError(
+                    f"{path}: nodes[{i}] needs integer 'count' and 'gpus' and a 'type' ({err})"
+                ) from None
+        return cls._checked(tuple(groups), str(path))
+
+    @classmethod
+    def _checked(cls, groups: tuple[NodeGroup, ...], where: str) -> ClusterSpec:
+        if not groups or any(g.count < 1 or g.gpus_per_node < 1 for g in groups):
+            raise ClusterSpecError(f"cluster spec {where!r}: every group needs >= 1 node and GPU")
+        return cls(groups)
+
+    @property
+    def total_gpus(self) -> int:
+        return sum(g.count * g.gpus_per_node for g in self.groups)
+
+    def __str__(self) -> str:
+        return ",".join(f"{g.count}x{g.gpus_per_node}:{g.gpu_type}" for g in self.groups)
+
+
+class ClusterState:
+    """Which jobs occupy which GPUs. Mutated only through `allocate` and `release`."""
+
+    def __init__(self, spec: ClusterSpec) -> None:
+        self.spec = spec
+        self.node_type: list[str] = []
+        self.node_size: list[int] = []
+        for group in spec.groups:
+            self.node_type += [group.gpu_type] * group.count
+            self.node_size += [group.gpus_per_node] * group.count
+        # occupants[node][gpu] -> job ids on that GPU
+        self.occupants: list[list[list[str]]] = [[[] for _ in range(n)] for n in self.node_size]
+        self.free_per_node: list[int] = list(self.node_size)
+        self.free_gpus = sum(self.node_size)
+
+    @property
+    def num_nodes(self) -> int:
+        return len(self.node_size)
+
+    @property
+    def total_gpus(self) -> int:
+        return sum(self.node_size)
+
+    def gpu_types(self) -> list[str]:
+        return sorted(set(self.node_type))
+
+    def gpus_of_type(self, gpu_type: str | None) -> int:
+        if gpu_type is None:
+            return self.total_gpus
+        return sum(s for s, t in zip(self.node_size, self.node_type, strict=True) if t == gpu_type)
+
+    def free_slots(self, node: int) -> list[GpuSlot]:
+        return [(node, g) for g, occ in enumerate(self.occupants[node]) if not occ]
+
+    def allocate(self, job_id: str, slots: tuple[GpuSlot, ...]) -> None:
+        """Put `job_id` on `slots` (shared slots are allowed: the caller decided to share)."""
+        for node, gpu in slots:
+            occ = self.occupants[node][gpu]
+            if not occ:
+                self.free_per_node[node] -= 1
+                self.free_gpus -= 1
+            occ.append(job_id)
+
+    def release(self, job_id: str, slots: tuple[GpuSlot, ...]) -> None:
+        for node, gpu in slots:
+            occ = self.occupants[node][gpu]
+            occ.remove(job_id)
+            if not occ:
+                self.free_per_node[node] += 1
+                self.free_gpus += 1
+
+    def find_free(self, num_gpus: int, gpu_type: str | None = None) -> tuple[GpuSlot, ...] | None:
+        """Free GPUs for a job: on one node if any fits (best fit, the fullest such node, to
+        keep whole nodes free for large jobs), else spread over the nodes with most free GPUs
+        (fewest nodes). None if there are not enough free GPUs of that type."""
+        if num_gpus <= 0:
+            return ()
+        candidates = [
+            n
+            for n, free in enumerate(self.free_per_node)
+            if free > 0 and (gpu_type is None or self.node_type[n] == gpu_type)
+        ]
+        if sum(self.free_per_node[n] for n in candidates) < num_gpus:
+            return None
+        fitting = [n for n in candidates if self.free_per_node[n] >= num_gpus]
+        if fitting:
+            node = min(fitting, key=lambda n: (self.free_per_node[n], n))
+            return tuple(self.free_slots(node)[:num_gpus])
+        slots: list[GpuSlot] = []
+        for node in sorted(candidates, key=lambda n: (-self.free_per_node[n], n)):
+            slots += self.free_slots(node)[: num_gpus - len(slots)]
+            if len(slots) == num_gpus:
+                break
+        return tuple(slots)
+
+    def used_gpus(self) -> int:
+        return self.total_gpus - self.free_gpus

@@ -1,0 +1,122 @@
+"""Jobs: what was submitted (`Job`, immutable) and where it stands (`JobState`, mutable).
+
+Work is counted in training samples, so a job's progress rate is its global batch size over its
+step time, whatever GPUs and batch size it runs with; a resize changes the rate, not the work.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Literal
+
+from scheduler.core.cluster import GpuSlot
+
+Share = Literal["exclusive", "pack", "timeslice"]
+
+
+class JobStatus(enum.Enum):
+    PENDING = "pending"  # submitted, never run
+    RUNNING = "running"
+    SUSPENDED = "suspended"  # ran, preempted, keeps its progress
+    DONE = "done"
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """One submitted job.
+
+    `job_type` names a measured model (the `job` column of the scaling tables), so its true step
+    times, scaling and interference come from measured data. `num_gpus` and `batch_size` are what
+    the user asked for; elastic policies may change them. `total_samples` is the work to do.
+    `duration_s` is the traced run time at the requested size (what the oracle knows).
+    `group` ties the trials of one hyper-parameter search (hypersched); `deadline_s` is absolute.
+    """
+
+    job_id: str
+    submit_time_s: float
+    job_type: str
+    num_gpus: int
+    batch_size: int
+    total_samples: float
+    duration_s: float = math.nan
+    gpu_type: str | None = None
+    user: str | None = None
+    deadline_s: float | None = None
+    group: str | None = None
+    min_gpus: int = 1
+    max_gpus: int | None = None
+
+
+@dataclass(slots=True)
+class JobState:
+    """A job's progress and placement, updated by the loop (placement) and the executor
+    (progress)."""
+
+    job: Job
+    status: JobStatus = JobStatus.PENDING
+    gpus: tuple[GpuSlot, ...] = ()
+    batch_size: int = 0
+    share: Share = "exclusive"
+    samples_done: float = 0.0
+    attained_gpu_s: float = 0.0  # GPU-seconds held so far (Tiresias's attained service)
+    run_time_s: float = 0.0  # wall seconds spent holding GPUs
+    first_start_s: float | None = None
+    finish_s: float | None = None
+    preemptions: int = 0
+    migrations: int = 0
+    resizes: int = 0
+    overhead_gpu_s: float = 0.0  # GPU-seconds lost to restarts and migrations
+    extra: dict[str, float] = field(default_factory=dict)  # a policy's own per-job figures
+
+    def __post_init__(self) -> None:
+        if not self.batch_size:
+            self.batch_size = self.job.batch_size
+
+    @property
+    def job_id(self) -> str:
+        return self.job.job_id
+
+    @property
+    def num_gpus(self) -> int:
+        return len(self.gpus)
+
+    @property
+    def remaining_samples(self) -> float:
+        return max(self.job.total_samples - self.samples_done, 0.0)
+
+
+class JobTable:
+    """All jobs by id, with the unfinished ones kept apart so a round touches only those."""
+
+    def __init__(self) -> None:
+        self.all: dict[str, JobState] = {}
+        self.active: dict[str, JobState] = {}  # submitted and not done, in submission order
+
+    def add(self, job: Job) -> JobState:
+        if job.job_id in self.all:
+            raise ValueError(f"job {job.job_id!r} submitted twice")
+        state = JobState(job)
+        self.all[job.job_id] = state
+        self.active[job.job_id] = state
+        return state
+
+    def finish(self, job_id: str, now: float) -> JobState:
+        state = self.active.pop(job_id)
+        state.status = JobStatus.DONE
+        state.finish_s = now
+        return state
+
+    def __getitem__(self, job_id: str) -> JobState:
+        return self.all[job_id]
+
+    def __len__(self) -> int:
+        return len(self.all)
+
+    def running(self) -> Iterator[JobState]:
+        return (s for s in self.active.values() if s.status is JobStatus.RUNNING)
+
+    def waiting(self) -> Iterator[JobState]:
+        return (s for s in self.active.values() if s.status is not JobStatus.RUNNING)

@@ -1,0 +1,204 @@
+"""The scheduling loop, split in three like Blox: admission (`AdmissionControl.accept`), policy
+(`SchedulingPolicy.schedule`: who should hold GPUs, how many, at what batch size, in priority
+order) and placement (`JobPlacement.place`: which GPUs, turned into decisions). The loop commits
+each decision to its cluster and job state and hands the round's decisions to an `Executor`.
+The same loop drives the simulator and the Ray cluster.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+from scheduler.core.cluster import ClusterState, GpuSlot
+from scheduler.core.decisions import Decision, Migrate, Resize, Run, Suspend
+from scheduler.core.executor import Executor
+from scheduler.core.jobs import Job, JobState, JobStatus, JobTable, Share
+
+if TYPE_CHECKING:
+    from scheduler.core.predictions import JobPredictor
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    """A policy's wish for one job this round: `num_gpus` GPUs at global `batch_size`.
+    `share_with` asks to put it on the GPUs of that job (Gandiva packing or time-slicing);
+    `gpu_type` restricts the GPU type (None: any)."""
+
+    job_id: str
+    num_gpus: int
+    batch_size: int
+    share: Share = "exclusive"
+    share_with: str | None = None
+    gpu_type: str | None = None
+
+
+@dataclass(slots=True)
+class RoundContext:
+    """What a round sees. Placement commits decisions through `commit`, which keeps the
+    cluster and job state in step and records the decision for the executor."""
+
+    now: float
+    cluster: ClusterState
+    jobs: JobTable
+    predictor: JobPredictor | None = None
+    decisions: list[Decision] = field(default_factory=list)
+
+    def commit(self, decision: Decision) -> None:
+        apply_decision(decision, self.cluster, self.jobs, self.now)
+        self.decisions.append(decision)
+
+
+def apply_decision(decision: Decision, cluster: ClusterState, jobs: JobTable, now: float) -> None:
+    """The only place where decisions change cluster and job state."""
+    state = jobs[decision.job_id]
+    if isinstance(decision, Run):
+        if state.status is JobStatus.RUNNING or state.status is JobStatus.DONE:
+            raise ValueError(f"cannot run job {state.job_id}: it is {state.status.value}")
+        cluster.allocate(state.job_id, decision.gpus)
+        state.status, state.gpus = JobStatus.RUNNING, decision.gpus
+        state.batch_size, state.share = decision.batch_size, decision.share
+        if state.first_start_s is None:
+            state.first_start_s = now
+        return
+    if state.status is not JobStatus.RUNNING:
+        action = type(decision).__name__.lower()
+        raise ValueError(f"cannot {action} job {state.job_id}: not running")
+    cluster.release(state.job_id, state.gpus)
+    if isinstance(decision, Suspend):
+        state.status, state.gpus, state.share = JobStatus.SUSPENDED, (), "exclusive"
+        state.preemptions += 1
+        return
+    cluster.allocate(state.job_id, decision.gpus)
+    if isinstance(decision, Migrate):
+        state.migrations += 1
+    else:  # Resize
+        state.batch_size = decision.batch_size
+        state.resizes += 1
+    state.gpus = decision.gpus
+
+
+class AdmissionControl(Protocol):
+    def accept(self, new_jobs: Sequence[Job], ctx: RoundContext) -> list[Job]:
+        """The jobs let in; the others are rejected (never scheduled)."""
+        ...
+
+
+class SchedulingPolicy(Protocol):
+    name: str
+    needs_predictions: bool
+
+    def schedule(self, ctx: RoundContext) -> list[Allocation]:
+        """The jobs that should hold GPUs after this round, highest priority first. Running jobs
+        left out are suspended; waiting jobs listed are started if placement finds GPUs."""
+        ...
+
+
+class JobPlacement(Protocol):
+    def place(self, schedule: Sequence[Allocation], ctx: RoundContext) -> None:
+        """Turn the schedule into decisions, committing each through `ctx.commit`."""
+        ...
+
+
+class AcceptAll:
+    """Admission that lets every job in."""
+
+    def accept(self, new_jobs: Sequence[Job], ctx: RoundContext) -> list[Job]:
+        return list(new_jobs)
+
+
+class ConsolidatedPlacement:
+    """Keep running jobs where they are; suspend the ones the policy dropped; resize the ones
+    whose size changed; then start waiting jobs in priority order on the fewest nodes
+    (a job that does not fit waits, and smaller jobs behind it may start: backfilling)."""
+
+    def place(self, schedule: Sequence[Allocation], ctx: RoundContext) -> None:
+        wanted = {a.job_id: a for a in schedule}
+        jobs = ctx.jobs
+        for state in list(jobs.running()):
+            if state.job_id not in wanted:
+                ctx.commit(Suspend(state.job_id))
+        resizes = []
+        for state in list(jobs.running()):
+            alloc = wanted[state.job_id]
+            if (alloc.num_gpus, alloc.batch_size) != (state.num_gpus, state.batch_size):
+                if alloc.num_gpus == 0:
+                    ctx.commit(Suspend(state.job_id))
+                elif alloc.num_gpus < state.num_gpus:  # shrink in place first: frees GPUs
+                    kept = state.gpus[: alloc.num_gpus]
+                    ctx.commit(Resize(state.job_id, kept, alloc.batch_size))
+                else:
+                    resizes.append(alloc)
+        for alloc in resizes:  # grow: keep the GPUs held, add free ones
+            state = jobs[alloc.job_id]
+            extra = ctx.cluster.find_free(alloc.num_gpus - state.num_gpus, alloc.gpu_type)
+            if extra is not None:
+                ctx.commit(Resize(state.job_id, state.gpus + extra, alloc.batch_size))
+        for alloc in schedule:
+            state = jobs[alloc.job_id]
+            if state.status is JobStatus.RUNNING or alloc.num_gpus == 0:
+                continue
+            slots = self.slots_for(alloc, ctx)
+            if slots is not None:
+                ctx.commit(Run(alloc.job_id, slots, alloc.batch_size, alloc.share))
+
+    def slots_for(self, alloc: Allocation, ctx: RoundContext) -> tuple[GpuSlot, ...] | None:
+        if alloc.share_with is not None:
+            host = ctx.jobs[alloc.share_with]
+            if host.status is JobStatus.RUNNING and host.num_gpus == alloc.num_gpus:
+                return host.gpus
+            return None
+        return ctx.cluster.find_free(alloc.num_gpus, alloc.gpu_type)
+
+
+class SchedulingLoop:
+    """Admission, policy and placement over one cluster, feeding an executor."""
+
+    def __init__(
+        self,
+        cluster: ClusterState,
+        policy: SchedulingPolicy,
+        executor: Executor,
+        *,
+        predictor: JobPredictor | None = None,
+        admission: AdmissionControl | None = None,
+        placement: JobPlacement | None = None,
+    ) -> None:
+        self.cluster, self.policy, self.executor = cluster, policy, executor
+        self.predictor = predictor
+        self.admission = admission or AcceptAll()
+        self.placement = placement or getattr(policy, "placement", None) or ConsolidatedPlacement()
+        self.jobs = JobTable()
+        self.rejected: list[Job] = []
+
+    def context(self, now: float) -> RoundContext:
+        return RoundContext(now, self.cluster, self.jobs, self.predictor)
+
+    def submit(self, new_jobs: Sequence[Job], now: float) -> list[JobState]:
+        """Admit new jobs; they are scheduled from the next round on."""
+        accepted = self.admission.accept(new_jobs, self.context(now))
+        ids = {j.job_id for j in accepted}
+        self.rejected += [j for j in new_jobs if j.job_id not in ids]
+        return [self.jobs.add(job) for job in accepted]
+
+    def round(self, now: float) -> list[Decision]:
+        """One scheduling round: policy, placement, then the executor acts on the decisions."""
+        ctx = self.context(now)
+        schedule = self.policy.schedule(ctx)
+        self.placement.place(schedule, ctx)
+        if ctx.decisions:
+            self.executor.apply(ctx.decisions, self.jobs, now)
+        return ctx.decisions
+
+    def report_progress(self, job_id: str, samples_done: float, now: float) -> None:
+        """The executor's account of a job's progress (samples done so far)."""
+        self.jobs[job_id].samples_done = samples_done
+
+    def job_finished(self, job_id: str, now: float) -> JobState:
+        """Release a finished job's GPUs and mark it done."""
+        state = self.jobs.finish(job_id, now)
+        if state.gpus:
+            self.cluster.release(job_id, state.gpus)
+            state.gpus = ()
+        return state

@@ -1,0 +1,93 @@
+"""Predictions as the scheduler asks for them, over any `PredictionBackend` (in-process, HTTP or
+the oracle). Calls are batched: a policy asks for many jobs at once and only the rows not seen
+before go to the backend, in one `predict` call per task; answers are cached, since a job type's
+step time on a given configuration does not change during a run.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+from predictor.backend import PredictionBackend
+from scheduler.core.jobs import Job
+
+# (job type, gpu type, num_nodes, num_gpus, local batch size)
+ScalingKey = tuple[str, str, int, int, int]
+# (gpu type, a job type, a batch size, b job type, b batch size)
+PairKey = tuple[str, str, int, str, int]
+
+
+class JobPredictor:
+    """Step times, throughputs, durations and co-location speeds for scheduling decisions."""
+
+    def __init__(self, backend: PredictionBackend, gpus_per_node: int = 8) -> None:
+        self.backend = backend
+        self.gpus_per_node = gpus_per_node
+        self._step: dict[ScalingKey, float] = {}
+        self._duration: dict[str, float] = {}
+        self._pair: dict[PairKey, tuple[float, float]] = {}
+        self.calls = 0  # backend calls made, to check batching
+
+    def scaling_key(self, job_type: str, gpu_type: str, num_gpus: int, batch: int) -> ScalingKey:
+        nodes = max(1, math.ceil(num_gpus / self.gpus_per_node))
+        return (job_type, gpu_type, nodes, num_gpus, max(1, batch // max(num_gpus, 1)))
+
+    def step_times(self, keys: Sequence[ScalingKey]) -> np.ndarray:
+        """Predicted seconds per iteration for each configuration key."""
+        missing = list(dict.fromkeys(k for k in keys if k not in self._step))
+        if missing:
+            rows = pd.DataFrame(
+                missing,
+                columns=["job", "gpu_type", "num_nodes", "num_gpus", "local_batch_size"],
+            )
+            out = self._predict("scaling", rows)
+            self._step.update(zip(missing, out["step_time_s"].to_numpy(float), strict=True))
+        return np.array([self._step[k] for k in keys], dtype=float)
+
+    def throughputs(self, keys: Sequence[ScalingKey]) -> np.ndarray:
+        """Predicted samples per second (global batch over step time)."""
+        batches = np.array([k[3] * k[4] for k in keys], dtype=float)
+        return batches / self.step_times(keys)
+
+    def durations(self, jobs: Sequence[Job]) -> np.ndarray:
+        """Predicted run time of each job at its requested size (the `duration` task)."""
+        missing = [j for j in jobs if j.job_id not in self._duration]
+        if missing:
+            rows = pd.DataFrame(
+                {
+                    "job_id": [j.job_id for j in missing],
+                    "submit_time_s": [j.submit_time_s for j in missing],
+                    "num_gpus": [j.num_gpus for j in missing],
+                    "user": [j.user for j in missing],
+                    "job": [j.job_type for j in missing],
+                    "batch_size": [j.batch_size for j in missing],
+                }
+            )
+            out = self._predict("duration", rows)
+            ids = [j.job_id for j in missing]
+            self._duration.update(zip(ids, out["duration_s"].to_numpy(float), strict=True))
+        return np.array([self._duration[j.job_id] for j in jobs], dtype=float)
+
+    def pair_speeds(self, keys: Sequence[PairKey]) -> np.ndarray:
+        """Predicted (a_speed, b_speed) when two jobs share a GPU: each one's throughput as a
+        fraction of its throughput alone. Shape (len(keys), 2)."""
+        missing = list(dict.fromkeys(k for k in keys if k not in self._pair))
+        if missing:
+            rows = pd.DataFrame(
+                missing, columns=["gpu_type", "a_job", "a_batch_size", "b_job", "b_batch_size"]
+            )
+            out = self._predict("interference", rows)
+            speeds = out[["a_speed", "b_speed"]].to_numpy(float)
+            self._pair.update(zip(missing, map(tuple, speeds), strict=True))
+        return np.array([self._pair[k] for k in keys], dtype=float).reshape(len(keys), 2)
+
+    def _predict(self, task: str, rows: pd.DataFrame) -> pd.DataFrame:
+        self.calls += 1
+        out = self.backend.predict(task, rows)  # type: ignore[arg-type]
+        if len(out) != len(rows):
+            raise ValueError(f"{task} backend answered {len(out)} rows for {len(rows)}")
+        return out.reset_index(drop=True)

@@ -1,0 +1,228 @@
+"""The job-side API: what a training loop calls at each mini-batch boundary.
+
+    hook = ...                                  # given to the loop by its worker
+    start = hook.restore(model, optimizer)      # iteration to start from (0 or a checkpoint's)
+    for iteration in range(start, total):
+        train_one_batch(iteration)
+        if not hook.step(iteration + 1):        # report, checkpoint, obey the scheduler
+            break                               # migrate / resize / stop: state is saved
+
+Like Gandiva's and AdaptDL's hooks, `step` measures the time of each mini-batch (the
+introspection the scheduler and the predictors read) and is the only place the scheduler acts:
+- suspend: the loop blocks inside `step` (on CUDA with one worker the model and optimizer are
+  moved to host memory so the GPU is free) until `resume`;
+- exit (migrate, resize, stop): rank 0 writes a checkpoint at this iteration and `step`
+  returns False; new workers `restore` it on their node, at their size.
+Periodic checkpoints every `checkpoint_every` iterations bound the work a crash can lose.
+With several data-parallel workers, rank 0's pending command is broadcast at every boundary so
+all ranks act on the same iteration.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import asdict, dataclass
+from enum import IntEnum
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from scheduler.live.checkpoint import (
+    CheckpointRef,
+    checkpoint_path,
+    load_checkpoint,
+    save_checkpoint,
+)
+from scheduler.live.spec import JobSpec
+
+_KEEP_CHECKPOINTS = 2
+
+
+class Command(IntEnum):
+    NONE = 0
+    SUSPEND = 1
+    EXIT = 2
+
+
+@dataclass
+class HookStatus:
+    """What the executor reads while the job runs."""
+
+    iteration: int = 0
+    steps_measured: int = 0
+    last_step_time_s: float | None = None
+    mean_step_time_s: float | None = None
+    suspended: bool = False
+    exit_reason: str | None = None
+    last_checkpoint: dict[str, Any] | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class TrainingHook:
+    def __init__(
+        self,
+        job_id: str,
+        spec: JobSpec,
+        *,
+        rank: int = 0,
+        world_size: int = 1,
+        device: torch.device | str = "cpu",
+        checkpoint_dir: str | Path,
+        restore_from: CheckpointRef | None = None,
+    ) -> None:
+        self.job_id, self.spec = job_id, spec
+        self.rank, self.world_size = rank, world_size
+        self.device = torch.device(device)
+        self.checkpoint_dir = Path(checkpoint_dir)
+        self.restore_from = restore_from
+        self.status = HookStatus()
+        self._model: nn.Module | None = None
+        self._optimizer: torch.optim.Optimizer | None = None
+        self._lock = threading.Lock()
+        self._pending = Command.NONE
+        self._pending_reason: str | None = None
+        self._suspended = threading.Event()
+        self._resume = threading.Event()
+        self._exited = threading.Event()
+        self._last_boundary: float | None = None
+
+    # ---- job side -------------------------------------------------------------------------
+    def restore(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> int:
+        """Load the assigned checkpoint (if any) into `model` and `optimizer`, set the learning
+        rate for this job size, and return the iteration to start from."""
+        self._model, self._optimizer = model, optimizer
+        start = 0
+        if self.restore_from is not None:
+            state = load_checkpoint(
+                self.restore_from.path, self.restore_from.sha256, map_location=str(self.device)
+            )
+            _unwrap(model).load_state_dict(state["model"])
+            optimizer.load_state_dict(state["optimizer"])
+            start = int(state["iteration"])
+        for group in optimizer.param_groups:
+            group["lr"] = self.spec.scaled_lr(self.world_size)
+        self.status.iteration = start
+        self._last_boundary = time.perf_counter()
+        return start
+
+    def step(self, iteration: int) -> bool:
+        """Mini-batch boundary after `iteration` batches. False means: leave the loop now."""
+        now = time.perf_counter()
+        if self._last_boundary is not None:
+            elapsed = now - self._last_boundary
+            if elapsed < self.spec.min_step_time_s:
+                time.sleep(self.spec.min_step_time_s - elapsed)
+                elapsed = self.spec.min_step_time_s
+            self._record_step_time(elapsed)
+        self.status.iteration = iteration
+        command = self._agree_on_command()
+        while command is Command.SUSPEND:
+            self._suspend_here()
+            command = self._agree_on_command()  # resumed, or asked to exit while suspended
+        if command is Command.EXIT or iteration >= self.spec.iterations:
+            self._checkpoint(iteration)
+            self.status.exit_reason = (
+                self._pending_reason if command is Command.EXIT else "finished"
+            )
+            self._exited.set()
+            return False
+        if iteration % self.spec.checkpoint_every == 0:
+            self._checkpoint(iteration)
+        self._last_boundary = time.perf_counter()
+        return True
+
+    # ---- control side (called from the worker's other threads) ----------------------------
+    def request_suspend(self, timeout_s: float = 60.0) -> bool:
+        """Ask the loop to suspend at its next boundary; wait until it has. False if the loop
+        ended (or did not reach a boundary) first."""
+        with self._lock:
+            self._resume.clear()
+            self._pending = Command.SUSPEND
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self._suspended.wait(0.005):
+                return True
+            if self._exited.is_set():
+                return False
+        return False
+
+    def resume(self) -> None:
+        self._resume.set()
+
+    def request_exit(self, reason: str) -> None:
+        """Checkpoint and leave the loop at the next boundary (migrate, resize, stop)."""
+        with self._lock:
+            self._pending, self._pending_reason = Command.EXIT, reason
+        self._resume.set()  # a suspended loop wakes up to exit
+
+    def mark_ended(self) -> None:
+        """Called by the worker when the loop function returned, however it returned."""
+        self._exited.set()
+
+    # ---- internals ------------------------------------------------------------------------
+    def _record_step_time(self, elapsed: float) -> None:
+        s = self.status
+        s.last_step_time_s = elapsed
+        s.steps_measured += 1
+        mean = s.mean_step_time_s or 0.0
+        s.mean_step_time_s = mean + (elapsed - mean) / s.steps_measured
+
+    def _agree_on_command(self) -> Command:
+        with self._lock:
+            local, self._pending = self._pending, Command.NONE
+        if self.world_size == 1:
+            return local
+        code = torch.tensor([int(local)], dtype=torch.int64)
+        dist.broadcast(code, src=0)  # every rank acts on rank 0's command, at this iteration
+        if int(code.item()) == Command.EXIT and self._pending_reason is None:
+            self._pending_reason = "exit requested by rank 0"
+        return Command(int(code.item()))
+
+    def _suspend_here(self) -> None:
+        offload = self.device.type == "cuda" and self.world_size == 1
+        if offload:  # release the device: keep the state in host memory while suspended
+            self._move_state(torch.device("cpu"))
+            torch.cuda.empty_cache()
+        self.status.suspended = True
+        self._suspended.set()
+        self._resume.wait()
+        self._suspended.clear()
+        self.status.suspended = False
+        if offload:
+            self._move_state(self.device)
+
+    def _move_state(self, device: torch.device) -> None:
+        assert self._model is not None and self._optimizer is not None
+        self._model.to(device)
+        for per_param in self._optimizer.state.values():
+            for key, value in per_param.items():
+                if isinstance(value, torch.Tensor):
+                    per_param[key] = value.to(device)
+
+    def _checkpoint(self, iteration: int) -> None:
+        if self.rank != 0 or self._model is None or self._optimizer is None:
+            return
+        state = {
+            "iteration": iteration,
+            "model": _unwrap(self._model).state_dict(),
+            "optimizer": self._optimizer.state_dict(),
+        }
+        ref = save_checkpoint(checkpoint_path(self.checkpoint_dir, self.job_id, iteration), state)
+        self.status.last_checkpoint = asdict(ref)
+        self._prune(keep=ref.path)
+
+    def _prune(self, keep: str) -> None:
+        files = sorted((self.checkpoint_dir / self.job_id).glob("it*.ckpt"))
+        for old in files[:-_KEEP_CHECKPOINTS]:
+            if str(old) != keep:
+                old.unlink(missing_ok=True)
+
+
+def _unwrap(model: nn.Module) -> nn.Module:
+    return model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model

@@ -1,0 +1,94 @@
+"""What a live job is: the model to train, for how long, at what size. Read from JOB.yaml."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from perfcast.errors import PerfcastError
+
+
+class JobSpecError(PerfcastError):
+    """A job description (YAML or dict) is invalid; the message names the file and field."""
+
+
+class JobSpec(BaseModel):
+    """A training job. `batch_size` is the global batch at `num_gpus` workers and `lr` the
+    learning rate at that batch; on resize the per-worker batch stays the same and the learning
+    rate follows the linear scaling rule (see `scaled_lr`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(min_length=1)
+    model: Literal["mlp", "cnn"] = "mlp"
+    width: int = Field(default=64, ge=1, description="hidden width (mlp) or channels (cnn)")
+    depth: int = Field(default=2, ge=1, description="hidden layers")
+    input_dim: int = Field(default=32, ge=1)
+    num_classes: int = Field(default=10, ge=2)
+    iterations: int = Field(ge=1, description="mini-batches to train in total")
+    batch_size: int = Field(default=32, ge=1)
+    lr: float = Field(default=0.05, gt=0)
+    momentum: float = Field(default=0.9, ge=0, lt=1)
+    num_gpus: int = Field(default=1, ge=1, description="data-parallel workers requested")
+    seed: int = 0
+    checkpoint_every: int = Field(default=50, ge=1, description="iterations between checkpoints")
+    min_step_time_s: float = Field(
+        default=0.0, ge=0, description="pad each step to at least this long (trace replay)"
+    )
+    submit_time_s: float = Field(default=0.0, ge=0)
+    entrypoint: str = Field(
+        default="scheduler.live.training:train",
+        pattern=r"^[\w.]+:\w+$",
+        description="the training loop, `module:function(job_id, spec, hook)`",
+    )
+
+    @model_validator(mode="after")
+    def _batch_divides(self) -> JobSpec:
+        if self.batch_size % self.num_gpus:
+            raise ValueError(
+                f"batch_size {self.batch_size} is not divisible by num_gpus {self.num_gpus}"
+            )
+        return self
+
+    @property
+    def local_batch_size(self) -> int:
+        return self.batch_size // self.num_gpus
+
+    def global_batch(self, workers: int) -> int:
+        """Global batch at `workers` workers: the per-worker batch is kept on resize."""
+        return self.local_batch_size * workers
+
+    def scaled_lr(self, workers: int) -> float:
+        """Linear scaling rule (Goyal et al. 2017): the learning rate grows with the global
+        batch, lr(k workers) = lr * global_batch(k) / batch_size."""
+        return self.lr * self.global_batch(workers) / self.batch_size
+
+
+def parse_job(data: object, source: str = "<job>") -> JobSpec:
+    """Validate a job description, raising `JobSpecError` naming `source` and the field."""
+    if not isinstance(data, dict):
+        raise JobSpecError(
+            f"{source}: a job must be a mapping of fields, got {type(data).__name__}"
+        )
+    try:
+        return JobSpec.model_validate(data)
+    except ValidationError as err:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'job'}: {e['msg']}" for e in err.errors()
+        )
+        raise JobSpecError(f"{source}: {problems}") from None
+
+
+def load_job(path: str | Path) -> JobSpec:
+    """Read a JOB.yaml file."""
+    path = Path(path)
+    if not path.is_file():
+        raise JobSpecError(f"{path}: no such job file")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        raise JobSpecError(f"{path}: not valid YAML: {err}") from None
+    return parse_job(data, str(path))

@@ -1,0 +1,162 @@
+"""One data-parallel worker of a live job: a Ray actor running the job's loop in a thread.
+
+The loop runs in a background thread so the actor keeps answering `status`, `suspend`,
+`resume` and `request_exit` while it trains. Workers are generic: after a job leaves one
+(migration, resize) it can run another, which is how the executor keeps warm spares.
+Workers are named and detached, so they outlive a crashed scheduler process and a restarted
+one reattaches to them instead of starting the job a second time.
+"""
+
+from __future__ import annotations
+
+import datetime
+import importlib
+import os
+import socket
+import threading
+import traceback
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import ray
+import torch
+import torch.distributed as dist
+
+from scheduler.live.checkpoint import CheckpointRef
+from scheduler.live.hook import TrainingHook
+from scheduler.live.spec import JobSpec
+
+PROCESS_GROUP_TIMEOUT = datetime.timedelta(seconds=60)
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """One worker's share of one attempt of a job."""
+
+    job_id: str
+    attempt: int
+    spec: dict[str, Any]
+    rank: int
+    world_size: int
+    master_addr: str
+    master_port: int
+    gpu_index: int | None
+    checkpoint_dir: str
+    restore_from: dict[str, Any] | None = None
+
+
+def _device(gpu_index: int | None) -> torch.device:
+    if gpu_index is not None and torch.cuda.is_available():
+        return torch.device(f"cuda:{gpu_index}")
+    return torch.device("cpu")  # no GPU here: a logical Ray GPU stands in, the job runs on CPU
+
+
+@ray.remote(num_cpus=0, max_concurrency=8)
+class TrainingWorker:
+    def __init__(self, threads: int = 1) -> None:
+        torch.set_num_threads(threads)
+        self._hook: TrainingHook | None = None
+        self._assignment: Assignment | None = None
+        self._outcome: dict[str, Any] | None = None
+        self._done = threading.Event()
+        self._done.set()
+
+    def info(self) -> dict[str, Any]:
+        return {"node_id": ray.get_runtime_context().get_node_id(), "pid": os.getpid()}
+
+    def rendezvous(self) -> tuple[str, int]:
+        """An address and a free port on this worker's node, for rank 0 to listen on."""
+        with socket.socket() as sock:
+            sock.bind(("", 0))
+            port = sock.getsockname()[1]
+        return ray.util.get_node_ip_address(), port
+
+    def start(self, assignment: Assignment) -> None:
+        """Start running `assignment` in the background; `join` waits for the outcome."""
+        if not self._done.is_set():
+            raise RuntimeError(f"worker busy with job {self._assignment.job_id}")
+        self._assignment, self._outcome, self._hook = assignment, None, None
+        self._done.clear()
+        threading.Thread(target=self._run, args=(assignment,), daemon=True).start()
+
+    def join(self, timeout_s: float | None = None) -> dict[str, Any] | None:
+        """The outcome of the current assignment once it ends (None on timeout)."""
+        return self._outcome if self._done.wait(timeout_s) else None
+
+    def status(self) -> dict[str, Any]:
+        a = self._assignment
+        hook_status = self._hook.status.as_dict() if self._hook else {}
+        return {
+            "job_id": a.job_id if a else None,
+            "attempt": a.attempt if a else None,
+            "busy": not self._done.is_set(),
+            **hook_status,
+        }
+
+    def suspend(self, timeout_s: float = 60.0) -> bool:
+        hook = self._wait_for_hook()
+        return hook.request_suspend(timeout_s) if hook else False
+
+    def resume(self) -> None:
+        if self._hook:
+            self._hook.resume()
+
+    def request_exit(self, reason: str) -> None:
+        hook = self._wait_for_hook()
+        if hook:
+            hook.request_exit(reason)
+
+    def _wait_for_hook(self, timeout_s: float = 60.0) -> TrainingHook | None:
+        """The hook of the running loop (it exists once the process group is up)."""
+        deadline = datetime.datetime.now() + datetime.timedelta(seconds=timeout_s)
+        while self._hook is None and not self._done.is_set():
+            if datetime.datetime.now() > deadline:
+                return None
+            self._done.wait(0.002)
+        return self._hook
+
+    def _run(self, a: Assignment) -> None:
+        spec = JobSpec.model_validate(a.spec)
+        device = _device(a.gpu_index)
+        outcome: dict[str, Any] = {"job_id": a.job_id, "attempt": a.attempt, "rank": a.rank}
+        try:
+            if a.world_size > 1:
+                dist.init_process_group(
+                    "nccl" if device.type == "cuda" else "gloo",
+                    init_method=f"tcp://{a.master_addr}:{a.master_port}",
+                    rank=a.rank,
+                    world_size=a.world_size,
+                    timeout=PROCESS_GROUP_TIMEOUT,
+                )
+            restore = CheckpointRef(**a.restore_from) if a.restore_from else None
+            hook = TrainingHook(
+                a.job_id,
+                spec,
+                rank=a.rank,
+                world_size=a.world_size,
+                device=device,
+                checkpoint_dir=a.checkpoint_dir,
+                restore_from=restore,
+            )
+            self._hook = hook
+            module_name, func_name = spec.entrypoint.split(":")
+            getattr(importlib.import_module(module_name), func_name)(a.job_id, spec, hook)
+            finished = hook.status.iteration >= spec.iterations
+            outcome |= {
+                "status": "finished" if finished else "exited",
+                "reason": hook.status.exit_reason or "loop returned",
+            }
+        except Exception:
+            outcome |= {"status": "failed", "reason": traceback.format_exc(limit=5)}
+        finally:
+            if self._hook:
+                self._hook.mark_ended()
+                outcome |= self._hook.status.as_dict()
+            if dist.is_initialized():
+                dist.destroy_process_group()
+            self._outcome = outcome
+            self._done.set()
+
+
+def assignment_dict(a: Assignment) -> dict[str, Any]:
+    return asdict(a)
