@@ -74,14 +74,12 @@ def _read_gpu(handle: object) -> dict[str, float]:
         "gpu_mem_used_mb": lambda: pynvml.nvmlDeviceGetMemoryInfo(handle).used / 2**20,
         "power_w": lambda: pynvml.nvmlDeviceGetPowerUsage(handle) / 1000,
         "sm_clock_mhz": lambda: pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM),
-        "pcie_tx_mb_s": lambda: pynvml.nvmlDeviceGetPcieThroughput(
-            handle, pynvml.NVML_PCIE_UTIL_TX_BYTES
-        )
-        / 1024,
-        "pcie_rx_mb_s": lambda: pynvml.nvmlDeviceGetPcieThroughput(
-            handle, pynvml.NVML_PCIE_UTIL_RX_BYTES
-        )
-        / 1024,
+        "pcie_tx_mb_s": lambda: (
+            pynvml.nvmlDeviceGetPcieThroughput(handle, pynvml.NVML_PCIE_UTIL_TX_BYTES) / 1024
+        ),
+        "pcie_rx_mb_s": lambda: (
+            pynvml.nvmlDeviceGetPcieThroughput(handle, pynvml.NVML_PCIE_UTIL_RX_BYTES) / 1024
+        ),
     }
     for name, read in readers.items():
         try:

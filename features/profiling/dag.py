@@ -2,18 +2,19 @@
 
 Nodes are the traced operators whose output is a tensor (shape arithmetic such as `x.size(0)`
 is folded away; edges pass through it). Each node gets a normalized op kind (the vocabulary of
-`OP_KINDS`, shared with the NeuSight loader), input and output shapes, forward FLOPs, bytes
+`OP_KINDS`, a superset of the NeuSight loader's), input and output shapes, forward FLOPs, bytes
 moved and parameters, and optionally a measured forward latency.
 
 FLOP conventions (forward pass, one multiply-add = 2 FLOPs):
-  linear  2*M*in*out (+ M*out with bias), M = output elements / out
+  linear  2*M*in*out, M = output elements / out (bias add not counted, as in NeuSight)
   conv2d  2*N*Cout*Hout*Wout*(Cin/groups)*kh*kw (+ N*Cout*Hout*Wout with bias)
   bmm     2 * output elements * k (k = the contracted dimension)
   lstm    per layer and time step: 8h(in+h) + 8h (biases) + 10h (gates, cell update), times N
-  softmax 5, layernorm 7, batchnorm 4 per element; elementwise 1 per output element;
-  pool and reduction 1 per input element; embedding, view, concat, constant, input 0.
-Bytes: tensors read (inputs and parameters) plus the output written, float32 sizes as traced;
-0 for views (metadata only) and for graph inputs.
+  softmax 5, layernorm 8, batchnorm 4, dropout 2, elementwise 1 per output element;
+  pool and reduction 1 per input element; embedding, view, getitem, copy, concat, fill 0.
+Bytes: tensors read (inputs and the module's parameters) plus the output written, at the
+traced dtypes; only the output for fills; 0 for views, getitem and graph inputs.
+Op kinds and per-element costs follow the NeuSight loader (datasets/sources/neusight.py).
 """
 
 from __future__ import annotations
@@ -35,8 +36,9 @@ from torch.fx.passes.shape_prop import ShapeProp, TensorMetadata
 from perfcast.errors import PerfcastError
 
 OP_KINDS = (
-    "input", "linear", "bmm", "conv2d", "batchnorm", "layernorm", "softmax", "elementwise",
-    "embedding", "pool", "reduction", "lstm", "view", "concat", "constant", "other",
+    "placeholder", "linear", "bmm", "conv2d", "batchnorm", "layernorm", "softmax", "elementwise",
+    "dropout", "embedding", "pool", "reduction", "lstm", "view", "getitem", "copy", "concat",
+    "fill", "get_attr", "other",
 )  # fmt: skip
 
 _MODULE_KINDS: dict[type[nn.Module], str] = {
@@ -53,26 +55,27 @@ _MODULE_KINDS: dict[type[nn.Module], str] = {
     nn.Softmax: "softmax",
     nn.Identity: "view",
     nn.Flatten: "view",
+    nn.Dropout: "dropout",
 }
-_ELEMENTWISE_MODULES = (nn.ReLU, nn.GELU, nn.Sigmoid, nn.Tanh, nn.Dropout, nn.SiLU)
+_ELEMENTWISE_MODULES = (nn.ReLU, nn.GELU, nn.Sigmoid, nn.Tanh, nn.SiLU)
 _FUNCTION_KINDS: dict[str, str] = {
     "matmul": "bmm", "bmm": "bmm", "baddbmm": "bmm", "linear": "linear", "conv2d": "conv2d",
     "softmax": "softmax", "log_softmax": "softmax", "layer_norm": "layernorm",
     "batch_norm": "batchnorm", "embedding": "embedding",
     "add": "elementwise", "sub": "elementwise", "mul": "elementwise", "truediv": "elementwise",
     "div": "elementwise", "relu": "elementwise", "gelu": "elementwise", "sigmoid": "elementwise",
-    "tanh": "elementwise", "dropout": "elementwise", "masked_fill": "elementwise",
+    "tanh": "elementwise", "dropout": "dropout", "masked_fill": "elementwise",
     "silu": "elementwise", "exp": "elementwise", "triu": "elementwise", "neg": "elementwise",
     "mean": "reduction", "sum": "reduction", "amax": "reduction",
     "adaptive_avg_pool2d": "pool", "avg_pool2d": "pool", "max_pool2d": "pool",
     "view": "view", "reshape": "view", "permute": "view", "transpose": "view", "flatten": "view",
-    "unbind": "view", "getitem": "view", "squeeze": "view", "unsqueeze": "view",
-    "contiguous": "view", "expand": "view", "split": "view", "chunk": "view",
-    "cat": "concat", "stack": "concat",
-    "arange": "constant", "new_ones": "constant", "ones": "constant", "zeros": "constant",
-    "new_zeros": "constant", "full": "constant",
+    "unbind": "view", "squeeze": "view", "unsqueeze": "view", "expand": "view", "split": "view",
+    "chunk": "view", "getitem": "getitem", "contiguous": "copy", "cat": "concat", "stack": "concat",
+    "arange": "fill", "new_ones": "fill", "ones": "fill", "zeros": "fill", "new_zeros": "fill",
+    "full": "fill",
 }  # fmt: skip
-_PER_ELEMENT = {"softmax": 5, "layernorm": 7, "batchnorm": 4, "elementwise": 1}
+_NO_TRAFFIC = {"view", "getitem", "placeholder", "get_attr"}  # metadata only, or not an op
+_PER_ELEMENT = {"softmax": 5, "layernorm": 8, "batchnorm": 4, "elementwise": 1, "dropout": 2}
 
 
 def trace(model: nn.Module, example: Tensor | tuple[Tensor, ...]) -> GraphModule:
@@ -134,10 +137,8 @@ def _nbytes(meta: Any) -> int:
 
 def op_kind(gm: GraphModule, node: Node) -> str:
     """The normalized op kind of an fx node."""
-    if node.op == "placeholder":
-        return "input"
-    if node.op == "get_attr":
-        return "constant"
+    if node.op in ("placeholder", "get_attr"):
+        return str(node.op)
     if node.op == "call_module":
         module = gm.get_submodule(str(node.target))
         if isinstance(module, _ELEMENTWISE_MODULES):
@@ -158,8 +159,8 @@ def _describe(gm: GraphModule, node: Node, meta: Any) -> dict[str, Any]:
     out_elems = math.prod(out_shapes[0]) if out_shapes else 0
     in_elems = math.prod(input_shapes[0]) if input_shapes else 0
     flops = _flops(kind, module, node, input_shapes, out_shapes, out_elems, in_elems)
-    moved = 0 if kind in {"view", "input"} else _nbytes(meta) + param_bytes
-    if kind not in {"view", "input", "constant"}:
+    moved = 0 if kind in _NO_TRAFFIC else _nbytes(meta) + param_bytes
+    if kind not in _NO_TRAFFIC | {"fill"}:
         moved += sum(_nbytes(m) for m in input_metas)
     return {
         "op": kind,
@@ -180,12 +181,9 @@ def _flops(
     out_elems: int,
     in_elems: int,
 ) -> int:
-    if kind == "linear":
+    if kind == "linear":  # the bias add is not counted, as in NeuSight's opgraph
         out_features = out_shapes[0][-1]
-        rows = out_elems // out_features
-        in_features = input_shapes[0][-1]
-        has_bias = module is not None and getattr(module, "bias", None) is not None
-        return 2 * rows * in_features * out_features + (out_elems if has_bias else 0)
+        return 2 * (out_elems // out_features) * input_shapes[0][-1] * out_features
     if kind == "conv2d" and isinstance(module, nn.Conv2d):
         kh, kw = module.kernel_size
         macs = out_elems * (module.in_channels // module.groups) * kh * kw
@@ -271,4 +269,3 @@ def measure_node_latency(
 
 def total_flops(graph: nx.DiGraph) -> float:
     return float(sum(attrs["flops"] for _, attrs in graph.nodes(data=True)))
-

@@ -125,7 +125,9 @@ def profile_step(
         torch.cuda.reset_peak_memory_stats(dev)
     sampler = CounterSampler(dev, hz=counter_hz) if counters else None
     times = _timed_steps(model, optimizer, loss_fn, batch, steps, dev, sampler)
-    persistent, ephemeral, peak, allocator_peak = _memory(model, optimizer, loss_fn, batch, dev)
+    persistent, ephemeral, peak, allocator_peak = measure_memory(
+        model, optimizer, loss_fn, batch, dev
+    )
     median = statistics.median(times)
     p10, p90 = _percentiles(times)
     return StepProfile(
@@ -180,7 +182,7 @@ def _timed_steps(
             sampler.__exit__(None, None, None)
 
 
-def _memory(
+def measure_memory(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
     loss_fn: LossFn,

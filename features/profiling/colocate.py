@@ -1,0 +1,181 @@
+"""Co-location (interference) profiler: two training jobs at once on the same device.
+
+Each job runs in its own process (spawned, so CUDA works), alone first and then beside the
+other; a barrier starts the co-located pair together and both run for the same wall-clock
+window, so their measured windows overlap. A job's speed is its co-located throughput divided
+by its solo throughput measured in the same session, with the same settings.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import socket
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+import torch
+
+from features.profiling import zoo
+from features.profiling.counters import CounterSampler
+from features.profiling.memory import MB
+from features.profiling.step_profiler import (
+    device_name,
+    measure_memory,
+    resolve_device,
+    to_device,
+    train_step,
+)
+from perfcast.errors import PerfcastError
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    job: str  # zoo job name, e.g. `resnet18` or `resnet18-w32-d18-i32`
+    batch_size: int
+
+    @classmethod
+    def parse(cls, text: str) -> JobSpec:
+        """`NAME:BATCH`, e.g. `mlp:64` or `resnet18-w32-d18-i32:16`."""
+        name, sep, batch = text.rpartition(":")
+        if not sep or not batch.isdigit() or int(batch) < 1:
+            raise PerfcastError(f"cannot read job {text!r}; expected NAME:BATCH, e.g. mlp:64")
+        zoo.parse_job(name)  # fail early on unknown names
+        return cls(name, int(batch))
+
+
+@dataclass(frozen=True)
+class WindowSettings:
+    device: str = "cpu"
+    threads: int = 1  # torch intra-op threads per job process
+    warmup: int = 3
+    duration_s: float = 3.0
+
+
+def run_window(
+    job: JobSpec, settings: WindowSettings, barrier: Any | None = None
+) -> dict[str, float]:
+    """Train `job` for `settings.duration_s` seconds after warm-up; iterations/s and counters.
+    Runs in a worker process."""
+    torch.set_num_threads(settings.threads)
+    dev = resolve_device(settings.device)
+    built = zoo.build(zoo.parse_job(job.job))
+    model = built.model.to(dev)
+    optimizer = torch.optim.Adam(model.parameters())
+    batch = to_device(built.make_batch(job.batch_size), dev)
+    for _ in range(settings.warmup):
+        train_step(model, optimizer, built.loss_fn, batch)
+    sync = (lambda: torch.cuda.synchronize(dev)) if dev.type == "cuda" else (lambda: None)
+    sync()
+    if barrier is not None:
+        barrier.wait()
+    steps = 0
+    with CounterSampler(dev) as sampler:
+        start = time.perf_counter()
+        while (elapsed := time.perf_counter() - start) < settings.duration_s:
+            train_step(model, optimizer, built.loss_fn, batch)
+            sync()
+            steps += 1
+    elapsed = time.perf_counter() - start
+    if dev.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(dev)
+    _, _, peak, _ = measure_memory(model, optimizer, built.loss_fn, batch, dev)
+    return {"throughput": steps / elapsed, "steps": steps, "mem_mb": peak / MB} | (
+        sampler.summary.as_row()
+    )
+
+
+def _worker(job: JobSpec, settings: WindowSettings, barrier: Any, results: Any, key: str) -> None:
+    try:
+        results.put((key, run_window(job, settings, barrier)))
+    except BaseException as err:  # report to the parent instead of dying silently
+        if barrier is not None:
+            barrier.abort()
+        results.put((key, {"error": f"{type(err).__name__}: {err}"}))
+
+
+def _run_processes(jobs: dict[str, JobSpec], settings: WindowSettings) -> dict[str, dict]:
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    barrier = ctx.Barrier(len(jobs)) if len(jobs) > 1 else None
+    procs = [
+        ctx.Process(target=_worker, args=(job, settings, barrier, results, key), daemon=True)
+        for key, job in jobs.items()
+    ]
+    for p in procs:
+        p.start()
+    timeout = 120 + 4 * settings.duration_s
+    out: dict[str, dict] = {}
+    try:
+        for _ in procs:
+            key, value = results.get(timeout=timeout)
+            out[key] = value
+    except Exception:
+        raise PerfcastError(f"co-location workers gave no result within {timeout:.0f} s") from None
+    finally:
+        for p in procs:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.terminate()
+    errors = [f"{jobs[k].job}: {v['error']}" for k, v in out.items() if "error" in v]
+    if errors:
+        raise PerfcastError("profiling worker failed: " + "; ".join(errors))
+    return out
+
+
+class ColocationSession:
+    """Measures pairs on one device, caching each job's solo run for the session."""
+
+    def __init__(self, settings: WindowSettings) -> None:
+        self.settings = settings
+        self.gpu_type = device_name(resolve_device(settings.device))
+        self.source = f"measured:{socket.gethostname()}"
+        self._solo: dict[JobSpec, dict[str, float]] = {}
+
+    def solo(self, job: JobSpec) -> dict[str, float]:
+        if job not in self._solo:
+            self._solo[job] = _run_processes({"solo": job}, self.settings)["solo"]
+        return self._solo[job]
+
+    def pair(self, a: JobSpec, b: JobSpec) -> dict[str, Any]:
+        """One contract `interference` row for `a` beside `b`."""
+        solo = {"a": self.solo(a), "b": self.solo(b)}
+        together = _run_processes({"a": a, "b": b}, self.settings)
+        row: dict[str, Any] = {"gpu_type": self.gpu_type}
+        for side, job in (("a", a), ("b", b)):
+            alone, shared = solo[side], together[side]
+            row |= {
+                f"{side}_job": job.job,
+                f"{side}_batch_size": job.batch_size,
+                f"{side}_solo_throughput": alone["throughput"],
+                f"{side}_gpu_util": alone["gpu_util"],
+                f"{side}_mem_util": alone["mem_util"],
+                f"{side}_mem_mb": alone["mem_mb"],
+                f"{side}_speed": shared["throughput"] / alone["throughput"],
+                f"{side}_colocated_throughput": shared["throughput"],
+                f"{side}_cpu_util": alone["cpu_util"],
+                f"{side}_colocated_cpu_util": shared["cpu_util"],
+                f"{side}_power_w": alone["power_w"],
+            }
+        return row | {
+            "threads": self.settings.threads,
+            "window_s": self.settings.duration_s,
+            "source": self.source,
+        }
+
+
+def colocate(
+    pairs: Iterable[tuple[JobSpec, JobSpec]],
+    settings: WindowSettings,
+    on_pair: Callable[[], None] | None = None,
+) -> pd.DataFrame:
+    """Interference rows for each pair, solo runs shared within the session."""
+    session = ColocationSession(settings)
+    rows = []
+    for a, b in pairs:
+        rows.append(session.pair(a, b))
+        if on_pair:
+            on_pair()
+    return pd.DataFrame(rows)
