@@ -1,0 +1,401 @@
+"""One job's best configuration: GPU type, GPU count, placement over nodes and local batch size.
+
+`recommend` enumerates every candidate in one DataFrame (GPU type × GPU count × node count ×
+local batch size, GPUs spread as evenly as possible over the nodes), asks the prediction backend
+for all their step times in ONE `predict("scaling", ...)` call, derives throughput, scaling
+efficiency, total time and cost (each with the interval implied by the step time's p10/p90),
+filters by deadline and budget, ranks by the objective and explains the top few in one line
+each. Everything after the prediction is column arithmetic, so 10^6 candidates are scored in
+about a second plus the backend's own time (see docs/BENCHMARKS.md, section `optimizer`).
+
+`search_engine_knobs` is the other half: continuous or very large spaces (threads, memory
+limit, shuffle partitions of a big-data engine) searched with Optuna's seeded TPE sampler.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+
+from perfcast.errors import PerfcastError
+from predictor.backend import PredictionBackend
+
+Objective = Literal["min_time", "min_cost", "max_throughput_per_gpu"]
+OBJECTIVES: tuple[Objective, ...] = ("min_time", "min_cost", "max_throughput_per_gpu")
+CONFIG_COLUMNS = ("gpu_type", "num_nodes", "num_gpus", "placement", "local_batch_size")
+
+
+class NoFeasibleConfigError(PerfcastError):
+    """No candidate meets the deadline or the budget."""
+
+
+@dataclass(frozen=True)
+class GpuPool:
+    """GPUs of one type available to the job: `nodes` nodes of `gpus_per_node` each."""
+
+    gpu_type: str
+    gpus_per_node: int
+    nodes: int
+    price_per_gpu_hour: float | None = None
+
+    def __post_init__(self) -> None:
+        where = f"GPU pool {self.gpu_type!r}"
+        if not self.gpu_type or self.gpu_type != self.gpu_type.lower():
+            raise PerfcastError(f"{where}: gpu_type must be a non-empty lower-case name")
+        if self.gpus_per_node < 1 or self.nodes < 1:
+            raise PerfcastError(f"{where}: gpus_per_node and nodes must be >= 1")
+        price = self.price_per_gpu_hour
+        if price is not None and not (math.isfinite(price) and price >= 0):
+            raise PerfcastError(f"{where}: price_per_gpu_hour must be >= 0, got {price}")
+
+
+@dataclass(frozen=True)
+class Work:
+    """How much the job has to do: `samples` in total, or `iterations` (steps) in total."""
+
+    samples: float | None = None
+    iterations: float | None = None
+
+    def __post_init__(self) -> None:
+        given = [v for v in (self.samples, self.iterations) if v is not None]
+        if len(given) != 1 or not (math.isfinite(given[0]) and given[0] > 0):
+            raise PerfcastError("work needs exactly one of samples or iterations, a number > 0")
+
+
+@dataclass
+class Recommendation:
+    """The ranked top configurations and how many candidates were looked at."""
+
+    top: pd.DataFrame  # one row per configuration, best first, with a `reason` column
+    objective: str
+    candidates: int  # enumerated and predicted
+    unpredicted: int  # the backend gave no step time (NaN): dropped
+    infeasible: int  # over the deadline or the budget
+    notes: list[str] = field(default_factory=list)
+
+
+def enumerate_candidates(
+    job: Mapping[str, object],
+    pools: Sequence[GpuPool],
+    local_batch_sizes: Sequence[int],
+    gpu_counts: Sequence[int] | None = None,
+) -> pd.DataFrame:
+    """Every (pool, GPU count, node count, local batch size), GPUs spread evenly over nodes.
+
+    One-GPU rows are always included (they are the reference for scaling efficiency); the
+    `in_search` column says whether a row's GPU count is one the caller asked for.
+    """
+    if "job" not in job or not str(job["job"]):
+        raise PerfcastError("the job description needs a non-empty 'job' name")
+    clash = sorted(set(job) & {*CONFIG_COLUMNS, "in_search", "price_per_gpu_hour"})
+    if clash:
+        raise PerfcastError(f"the job description must not set {', '.join(clash)}")
+    if not pools:
+        raise PerfcastError("no GPU pools given")
+    sizes = np.unique(np.asarray(local_batch_sizes, dtype=np.int64))
+    if sizes.size == 0 or sizes[0] < 1:
+        raise PerfcastError("local_batch_sizes must be a non-empty list of integers >= 1")
+    wanted = None if gpu_counts is None else np.unique(np.asarray(gpu_counts, dtype=np.int64))
+    if wanted is not None and (wanted.size == 0 or wanted[0] < 1):
+        raise PerfcastError("gpu_counts must be a non-empty list of integers >= 1")
+    types = [p.gpu_type for p in pools]
+    if len(set(types)) != len(types):
+        raise PerfcastError("each gpu_type may appear in only one pool")
+    frames = [_pool_candidates(pool, sizes, wanted) for pool in pools]
+    candidates = pd.concat(frames, ignore_index=True)
+    for name, value in job.items():
+        candidates[name] = value
+    return candidates
+
+
+def _pool_candidates(pool: GpuPool, sizes: np.ndarray, wanted: np.ndarray | None) -> pd.DataFrame:
+    per_node, total = pool.gpus_per_node, pool.gpus_per_node * pool.nodes
+    counts = np.arange(1, total + 1) if wanted is None else np.union1d([1], wanted)
+    counts = counts[counts <= total]
+    nodes = np.arange(1, pool.nodes + 1)
+    gpus, spread = (a.ravel() for a in np.meshgrid(counts, nodes, indexing="ij"))
+    fits = (spread <= gpus) & (gpus <= spread * per_node)
+    gpus, spread = gpus[fits], spread[fits]
+    placements = [_even_placement(int(g), int(k)) for g, k in zip(gpus, spread, strict=True)]
+    rows = len(gpus)
+    in_search = np.ones(rows, bool) if wanted is None else np.isin(gpus, wanted)
+    return pd.DataFrame(
+        {
+            "gpu_type": pool.gpu_type,
+            "num_nodes": np.repeat(spread, sizes.size),
+            "num_gpus": np.repeat(gpus, sizes.size),
+            "placement": pd.array(np.repeat(np.array(placements, dtype=object), sizes.size)),
+            "local_batch_size": np.tile(sizes, rows),
+            "in_search": np.repeat(in_search, sizes.size),
+            "price_per_gpu_hour": np.nan
+            if pool.price_per_gpu_hour is None
+            else pool.price_per_gpu_hour,
+        }
+    )
+
+
+def _even_placement(gpus: int, nodes: int) -> str | None:
+    """GPUs per node as digits (the contract's `placement`), or None when a node holds > 9."""
+    q, r = divmod(gpus, nodes)
+    if q + (r > 0) > 9:
+        return None
+    return str(q + 1) * r + str(q) * (nodes - r)
+
+
+def score_candidates(
+    candidates: pd.DataFrame, backend: PredictionBackend, work: Work | None
+) -> pd.DataFrame:
+    """Add predicted step time, throughput, efficiency, total time and cost, with intervals.
+
+    Calls `backend.predict("scaling", ...)` once. Columns with `_p10`/`_p90` are the values
+    implied by the step time's p10/p90 (for throughput, p10 comes from the p90 step time).
+    """
+    pred = backend.predict("scaling", candidates)
+    if len(pred) != len(candidates):
+        raise PerfcastError(
+            f"the prediction backend answered {len(pred)} rows for {len(candidates)} candidates"
+        )
+    out = candidates.reset_index(drop=True)
+    step = {q: pred[f"step_time_s{q}"].to_numpy(dtype=float) for q in ("", "_p10", "_p90")}
+    gpus = out["num_gpus"].to_numpy()
+    global_batch = gpus * out["local_batch_size"].to_numpy()
+    out["global_batch_size"] = global_batch
+    out["step_time_s"], out["step_time_s_p10"], out["step_time_s_p90"] = step.values()
+    # samples/s; the p10 of throughput comes from the p90 of step time
+    for q, s in (("", ""), ("_p10", "_p90"), ("_p90", "_p10")):
+        out[f"throughput{q}"] = global_batch / step[s]
+    out["throughput_per_gpu"] = out["throughput"] / gpus
+    out["scaling_efficiency"] = _efficiency(out)
+    price = out["price_per_gpu_hour"].to_numpy(dtype=float)
+    # a total time's p10 comes from the p10 step time, i.e. the p90 throughput
+    for q, opposite in (("", ""), ("_p10", "_p90"), ("_p90", "_p10")):
+        if work is None:
+            seconds = np.full(len(out), np.nan)
+        elif work.samples is not None:
+            seconds = work.samples / out[f"throughput{opposite}"].to_numpy()
+        else:
+            seconds = work.iterations * step[q]
+        out[f"total_time_s{q}"] = seconds
+        out[f"cost{q}"] = seconds / 3600 * gpus * price
+    return out
+
+
+def _efficiency(scored: pd.DataFrame) -> np.ndarray:
+    """Throughput per GPU ÷ the same job's throughput on one GPU of the same type at the same
+    local batch size (weak scaling): 1.0 is perfect scaling."""
+    key = ["gpu_type", "local_batch_size"]
+    single = scored.loc[scored["num_gpus"] == 1, [*key, "throughput"]]
+    single = single.groupby(key, as_index=False)["throughput"].first()
+    reference = scored[key].merge(single, on=key, how="left")["throughput"].to_numpy()
+    return scored["throughput_per_gpu"].to_numpy() / reference
+
+
+def _rank_columns(objective: Objective, deadline: bool) -> tuple[list[str], list[bool]]:
+    if deadline:  # meet the deadline with the fewest resources: cheapest, else fewest GPUs
+        return ["cost", "num_gpus", "total_time_s"], [True, True, True]
+    if objective == "min_time":
+        return ["total_time_s", "num_gpus", "num_nodes"], [True, True, True]
+    if objective == "min_cost":
+        return ["cost", "total_time_s"], [True, True]
+    return ["throughput_per_gpu", "throughput"], [False, False]
+
+
+def recommend(
+    job: Mapping[str, object],
+    pools: Sequence[GpuPool],
+    backend: PredictionBackend,
+    *,
+    local_batch_sizes: Sequence[int],
+    objective: Objective = "min_time",
+    work: Work | None = None,
+    deadline_s: float | None = None,
+    max_cost: float | None = None,
+    gpu_counts: Sequence[int] | None = None,
+    top_k: int = 5,
+) -> Recommendation:
+    """The `top_k` configurations for `job` by `objective`, best first, each with a reason.
+
+    With `deadline_s`, only configurations whose p90 total time meets it are kept, ranked by
+    cost (fewest GPUs when unpriced); `max_cost` drops those whose predicted cost exceeds it.
+    """
+    if objective not in OBJECTIVES:
+        raise PerfcastError(f"unknown objective {objective!r}; expected one of {OBJECTIVES}")
+    needs_work = objective in ("min_time", "min_cost") or deadline_s is not None
+    if needs_work and work is None:
+        raise PerfcastError(f"objective {objective!r} and deadlines need the job's total work")
+    if top_k < 1:
+        raise PerfcastError("top_k must be >= 1")
+    candidates = enumerate_candidates(job, pools, local_batch_sizes, gpu_counts)
+    scored = score_candidates(candidates, backend, work)
+    notes: list[str] = []
+    known = scored[scored["in_search"] & np.isfinite(scored["step_time_s"])]
+    unpredicted = int(scored["in_search"].sum()) - len(known)
+    if unpredicted:
+        notes.append(f"{unpredicted} candidate(s) without a predicted step time were dropped")
+    pool = known
+    if objective == "min_cost" or max_cost is not None:
+        priced = known["price_per_gpu_hour"].notna()
+        if not priced.any():
+            raise PerfcastError("min_cost and max_cost need a price_per_gpu_hour on some pool")
+        if (~priced).any():
+            notes.append("pools without a price were left out of the cost ranking")
+        pool = pool[priced]
+    feasible = pool
+    if deadline_s is not None:
+        feasible = feasible[feasible["total_time_s_p90"] <= deadline_s]
+    if max_cost is not None:
+        feasible = feasible[feasible["cost"] <= max_cost]
+    if feasible.empty:
+        raise NoFeasibleConfigError(_nothing_feasible(pool, deadline_s, max_cost))
+    columns, ascending = _rank_columns(objective, deadline_s is not None)
+    if deadline_s is not None and feasible["cost"].isna().all():
+        columns, ascending = columns[1:], ascending[1:]
+    top = feasible.sort_values(columns, ascending=ascending, kind="stable").head(top_k)
+    top = top.drop(columns=["in_search"]).reset_index(drop=True)
+    top["reason"] = _reasons(top, scored, objective, deadline_s, max_cost)
+    return Recommendation(
+        top=top,
+        objective=objective if deadline_s is None else f"deadline {deadline_s:g} s",
+        candidates=len(scored),
+        unpredicted=unpredicted,
+        infeasible=len(pool) - len(feasible),
+        notes=notes,
+    )
+
+
+def _nothing_feasible(pool: pd.DataFrame, deadline_s: float | None, max_cost: float | None) -> str:
+    if pool.empty:
+        return "the backend predicted no step time for any candidate"
+    parts = []
+    if deadline_s is not None:
+        parts.append(
+            f"the deadline of {deadline_s:g} s (fastest p90 time: "
+            f"{pool['total_time_s_p90'].min():.0f} s)"
+        )
+    if max_cost is not None:
+        parts.append(f"the budget of ${max_cost:g} (cheapest: ${pool['cost'].min():.2f})")
+    return "no configuration meets " + " and ".join(parts)
+
+
+def _reasons(
+    top: pd.DataFrame,
+    scored: pd.DataFrame,
+    objective: Objective,
+    deadline_s: float | None,
+    max_cost: float | None,
+) -> list[str]:
+    headline = {
+        "min_time": "fastest",
+        "min_cost": "cheapest",
+        "max_throughput_per_gpu": "most samples/s per GPU",
+    }[objective]
+    if deadline_s is not None:
+        headline = f"fewest resources meeting the {deadline_s:g} s deadline at p90"
+    if max_cost is not None:
+        headline += f" under the ${max_cost:g} budget"
+    # the rows a reason may compare with: same GPU type, count and local batch size as a top row
+    key = ["gpu_type", "num_gpus", "local_batch_size"]
+    related = scored[scored["num_gpus"].isin(top["num_gpus"].unique())]
+    related = related.merge(top[key].drop_duplicates(), on=key)
+    reasons = []
+    for rank, row in enumerate(top.itertuples(index=False), start=1):
+        what = headline if rank == 1 else f"#{rank}"
+        text = (
+            f"{what}: {row.num_gpus}×{row.gpu_type} on {row.num_nodes} node(s), "
+            f"{row.throughput:.0f} samples/s, {row.scaling_efficiency:.0%} scaling efficiency"
+        )
+        if np.isfinite(row.total_time_s):
+            text += f", {row.total_time_s:.0f} s"
+        if np.isfinite(row.cost):
+            text += f", ${row.cost:.2f}"
+        if rank > 1:
+            text += _versus_first(top.iloc[0], row, objective, deadline_s)
+        text += _spread_penalty(related, row)
+        reasons.append(text)
+    return reasons
+
+
+def _versus_first(
+    first: pd.Series, row: object, objective: Objective, deadline_s: float | None
+) -> str:
+    column = {"min_time": "total_time_s", "min_cost": "cost"}.get(objective, "throughput_per_gpu")
+    if deadline_s is not None:
+        column = "cost" if np.isfinite(first["cost"]) else "num_gpus"
+    ref, value = float(first[column]), float(getattr(row, column))
+    if not (np.isfinite(ref) and ref > 0):
+        return ""
+    label = {"total_time_s": "time", "throughput_per_gpu": "samples/s per GPU"}.get(column, column)
+    return f" ({value / ref - 1:+.0%} {label} vs #1)"
+
+
+def _spread_penalty(scored: pd.DataFrame, row: object) -> str:
+    """How much throughput spreading over more nodes costs vs the fewest nodes possible."""
+    same = scored[
+        (scored["gpu_type"] == row.gpu_type)
+        & (scored["num_gpus"] == row.num_gpus)
+        & (scored["local_batch_size"] == row.local_batch_size)
+    ]
+    fewest = same.loc[same["num_nodes"].idxmin()]
+    if fewest["num_nodes"] == row.num_nodes or not np.isfinite(fewest["throughput"]):
+        return ""
+    loss = 1 - row.throughput / fewest["throughput"]
+    return (
+        f"; {row.num_nodes} nodes {'cost' if loss >= 0 else 'gain'} {abs(loss):.0%} throughput "
+        f"vs {fewest['num_nodes']}"
+    )
+
+
+Knob = tuple[str, float, float] | tuple[str, float, float, bool] | Sequence[object]
+
+
+def search_engine_knobs(
+    objective_fn: Callable[[dict[str, object]], float],
+    space: Mapping[str, Knob],
+    n_trials: int,
+    *,
+    seed: int = 0,
+) -> tuple[dict[str, object], float]:
+    """Minimize `objective_fn(params)` over `space` with Optuna's TPE sampler (seeded).
+
+    `space` maps a knob name to ("int", low, high), ("float", low, high[, log]) or a list of
+    choices. Returns the best params and their value. Use it where the space is too large or
+    continuous to enumerate (engine threads, memory limit, shuffle partitions, …).
+    """
+    import optuna
+
+    if n_trials < 1:
+        raise PerfcastError("n_trials must be >= 1")
+    for name, spec in space.items():
+        _check_knob(name, spec)
+
+    def trial_value(trial: optuna.Trial) -> float:
+        params = {name: _suggest(trial, name, spec) for name, spec in space.items()}
+        return float(objective_fn(params))
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(direction="minimize", sampler=optuna.samplers.TPESampler(seed=seed))
+    study.optimize(trial_value, n_trials=n_trials)
+    return dict(study.best_params), float(study.best_value)
+
+
+def _check_knob(name: str, spec: Knob) -> None:
+    if isinstance(spec, tuple) and spec and spec[0] in ("int", "float"):
+        if len(spec) not in (3, 4) or not spec[1] <= spec[2]:
+            raise PerfcastError(
+                f"knob {name!r}: expected (kind, low, high[, log]) with low <= high"
+            )
+    elif isinstance(spec, str) or not isinstance(spec, Sequence) or len(spec) == 0:
+        raise PerfcastError(f"knob {name!r}: expected ('int'|'float', low, high) or choices")
+
+
+def _suggest(trial: object, name: str, spec: Knob) -> object:
+    if isinstance(spec, tuple) and spec[0] == "int":
+        return trial.suggest_int(name, int(spec[1]), int(spec[2]), log=bool(spec[3:4] and spec[3]))
+    if isinstance(spec, tuple) and spec[0] == "float":
+        return trial.suggest_float(name, spec[1], spec[2], log=bool(spec[3:4] and spec[3]))
+    return trial.suggest_categorical(name, list(spec))
