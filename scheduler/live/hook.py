@@ -2,10 +2,10 @@
 
     hook = ...                                  # given to the loop by its worker
     start = hook.restore(model, optimizer)      # iteration to start from (0 or a checkpoint's)
-    for iteration in range(start, total):
-        train_one_batch(iteration)
+    for iteration in itertools.count(start):
+        train_one_batch(iteration, hook.global_batch)
         if not hook.step(iteration + 1):        # report, checkpoint, obey the scheduler
-            break                               # migrate / resize / stop: state is saved
+            break                               # done, or migrate / resize / stop: state saved
 
 Like Gandiva's and AdaptDL's hooks, `step` measures the time of each mini-batch (the
 introspection the scheduler and the predictors read) and is the only place the scheduler acts:
@@ -53,6 +53,7 @@ class HookStatus:
     """What the executor reads while the job runs."""
 
     iteration: int = 0
+    samples_done: int = 0
     steps_measured: int = 0
     last_step_time_s: float | None = None
     mean_step_time_s: float | None = None
@@ -72,12 +73,16 @@ class TrainingHook:
         *,
         rank: int = 0,
         world_size: int = 1,
+        global_batch: int | None = None,
         device: torch.device | str = "cpu",
         checkpoint_dir: str | Path,
         restore_from: CheckpointRef | None = None,
     ) -> None:
         self.job_id, self.spec = job_id, spec
         self.rank, self.world_size = rank, world_size
+        self.global_batch = global_batch or spec.batch_size
+        if self.global_batch % world_size:
+            raise ValueError(f"global batch {self.global_batch} not divisible by {world_size}")
         self.device = torch.device(device)
         self.checkpoint_dir = Path(checkpoint_dir)
         self.restore_from = restore_from
@@ -97,17 +102,17 @@ class TrainingHook:
         """Load the assigned checkpoint (if any) into `model` and `optimizer`, set the learning
         rate for this job size, and return the iteration to start from."""
         self._model, self._optimizer = model, optimizer
-        start = 0
+        start = samples = 0
         if self.restore_from is not None:
             state = load_checkpoint(
                 self.restore_from.path, self.restore_from.sha256, map_location=str(self.device)
             )
             _unwrap(model).load_state_dict(state["model"])
             optimizer.load_state_dict(state["optimizer"])
-            start = int(state["iteration"])
+            start, samples = int(state["iteration"]), int(state["samples_done"])
         for group in optimizer.param_groups:
-            group["lr"] = self.spec.scaled_lr(self.world_size)
-        self.status.iteration = start
+            group["lr"] = self.spec.scaled_lr(self.global_batch)
+        self.status.iteration, self.status.samples_done = start, samples
         self._last_boundary = time.perf_counter()
         return start
 
@@ -121,15 +126,15 @@ class TrainingHook:
                 elapsed = self.spec.min_step_time_s
             self._record_step_time(elapsed)
         self.status.iteration = iteration
+        self.status.samples_done += self.global_batch
         command = self._agree_on_command()
         while command is Command.SUSPEND:
             self._suspend_here()
             command = self._agree_on_command()  # resumed, or asked to exit while suspended
-        if command is Command.EXIT or iteration >= self.spec.iterations:
+        finished = self.status.samples_done >= self.spec.total_samples
+        if command is Command.EXIT or finished:
             self._checkpoint(iteration)
-            self.status.exit_reason = (
-                self._pending_reason if command is Command.EXIT else "finished"
-            )
+            self.status.exit_reason = "finished" if finished else self._pending_reason
             self._exited.set()
             return False
         if iteration % self.spec.checkpoint_every == 0:
@@ -210,6 +215,7 @@ class TrainingHook:
             return
         state = {
             "iteration": iteration,
+            "samples_done": self.status.samples_done,
             "model": _unwrap(self._model).state_dict(),
             "optimizer": self._optimizer.state_dict(),
         }

@@ -16,8 +16,9 @@ class JobSpecError(PerfcastError):
 
 
 class JobSpec(BaseModel):
-    """A training job. `batch_size` is the global batch at `num_gpus` workers and `lr` the
-    learning rate at that batch; on resize the per-worker batch stays the same and the learning
+    """A training job: `iterations` mini-batches of global `batch_size` at `num_gpus` workers,
+    that is `total_samples` samples; `lr` is the learning rate at that batch. The scheduler
+    may run it at another size and batch: the work stays `total_samples` and the learning
     rate follows the linear scaling rule (see `scaled_lr`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -54,17 +55,13 @@ class JobSpec(BaseModel):
         return self
 
     @property
-    def local_batch_size(self) -> int:
-        return self.batch_size // self.num_gpus
+    def total_samples(self) -> int:
+        return self.iterations * self.batch_size
 
-    def global_batch(self, workers: int) -> int:
-        """Global batch at `workers` workers: the per-worker batch is kept on resize."""
-        return self.local_batch_size * workers
-
-    def scaled_lr(self, workers: int) -> float:
-        """Linear scaling rule (Goyal et al. 2017): the learning rate grows with the global
-        batch, lr(k workers) = lr * global_batch(k) / batch_size."""
-        return self.lr * self.global_batch(workers) / self.batch_size
+    def scaled_lr(self, global_batch: int) -> float:
+        """Linear scaling rule (Goyal et al. 2017): the learning rate is proportional to the
+        global batch, lr' = lr * global_batch / batch_size."""
+        return self.lr * global_batch / self.batch_size
 
 
 def parse_job(data: object, source: str = "<job>") -> JobSpec:

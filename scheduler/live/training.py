@@ -4,6 +4,8 @@ A user's own loop has the same shape; name it in the job's `entrypoint`."""
 
 from __future__ import annotations
 
+import itertools
+
 import torch
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
@@ -19,9 +21,8 @@ def train(job_id: str, spec: JobSpec, hook: TrainingHook) -> None:
         model = DistributedDataParallel(model)  # averages gradients across workers
     optimizer = torch.optim.SGD(model.parameters(), lr=spec.lr, momentum=spec.momentum)
     start = hook.restore(model, optimizer)
-    global_batch = spec.global_batch(hook.world_size)
-    for iteration in range(start, spec.iterations):
-        x, y = synthetic_batch(spec, iteration, global_batch, hook.rank, hook.world_size)
+    for iteration in itertools.count(start):
+        x, y = synthetic_batch(spec, iteration, hook.global_batch, hook.rank, hook.world_size)
         x, y = x.to(hook.device), y.to(hook.device)
         optimizer.zero_grad(set_to_none=True)
         F.cross_entropy(model(x), y).backward()

@@ -15,7 +15,7 @@ import os
 import socket
 import threading
 import traceback
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import ray
@@ -38,6 +38,7 @@ class Assignment:
     spec: dict[str, Any]
     rank: int
     world_size: int
+    global_batch: int
     master_addr: str
     master_port: int
     gpu_index: int | None
@@ -134,6 +135,7 @@ class TrainingWorker:
                 spec,
                 rank=a.rank,
                 world_size=a.world_size,
+                global_batch=a.global_batch,
                 device=device,
                 checkpoint_dir=a.checkpoint_dir,
                 restore_from=restore,
@@ -141,7 +143,7 @@ class TrainingWorker:
             self._hook = hook
             module_name, func_name = spec.entrypoint.split(":")
             getattr(importlib.import_module(module_name), func_name)(a.job_id, spec, hook)
-            finished = hook.status.iteration >= spec.iterations
+            finished = hook.status.samples_done >= spec.total_samples
             outcome |= {
                 "status": "finished" if finished else "exited",
                 "reason": hook.status.exit_reason or "loop returned",
@@ -156,7 +158,3 @@ class TrainingWorker:
                 dist.destroy_process_group()
             self._outcome = outcome
             self._done.set()
-
-
-def assignment_dict(a: Assignment) -> dict[str, Any]:
-    return asdict(a)
