@@ -107,6 +107,7 @@ class ClusterState:
         self.occupants: list[list[list[str]]] = [[[] for _ in range(n)] for n in self.node_size]
         self.free_per_node: list[int] = list(self.node_size)
         self.free_gpus = sum(self.node_size)
+        self.placements = 0  # (job, GPU) pairs: a GPU shared by two jobs counts twice
 
     @property
     def num_nodes(self) -> int:
@@ -135,6 +136,7 @@ class ClusterState:
                 self.free_per_node[node] -= 1
                 self.free_gpus -= 1
             occ.append(job_id)
+        self.placements += len(slots)
 
     def release(self, job_id: str, slots: tuple[GpuSlot, ...]) -> None:
         for node, gpu in slots:
@@ -143,17 +145,21 @@ class ClusterState:
             if not occ:
                 self.free_per_node[node] += 1
                 self.free_gpus += 1
+        self.placements -= len(slots)
 
-    def find_free(self, num_gpus: int, gpu_type: str | None = None) -> tuple[GpuSlot, ...] | None:
+    def find_free(
+        self, num_gpus: int, gpu_type: str | None = None, exclude: int | None = None
+    ) -> tuple[GpuSlot, ...] | None:
         """Free GPUs for a job: on one node if any fits (best fit, the fullest such node, to
         keep whole nodes free for large jobs), else spread over the nodes with most free GPUs
-        (fewest nodes). None if there are not enough free GPUs of that type."""
+        (fewest nodes). None if there are not enough free GPUs of that type. Node `exclude`
+        is not used."""
         if num_gpus <= 0:
             return ()
         candidates = [
             n
             for n, free in enumerate(self.free_per_node)
-            if free > 0 and (gpu_type is None or self.node_type[n] == gpu_type)
+            if free > 0 and n != exclude and (gpu_type is None or self.node_type[n] == gpu_type)
         ]
         if sum(self.free_per_node[n] for n in candidates) < num_gpus:
             return None

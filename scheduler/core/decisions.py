@@ -30,7 +30,8 @@ class Suspend:
 
 @dataclass(frozen=True, slots=True)
 class Migrate:
-    """Move running `job_id` to `gpus` (same count and batch size): checkpoint and restore."""
+    """Move running `job_id` to `gpus` of its own (same count and batch size): checkpoint and
+    restore. Gandiva migrates to defragment and to end time-slicing when GPUs free up."""
 
     job_id: str
     gpus: tuple[GpuSlot, ...]

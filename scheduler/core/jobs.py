@@ -69,6 +69,7 @@ class JobState:
     migrations: int = 0
     resizes: int = 0
     overhead_gpu_s: float = 0.0  # GPU-seconds lost to restarts and migrations
+    synced_s: float = 0.0  # time up to which the executor brought the counters above
     extra: dict[str, float] = field(default_factory=dict)  # a policy's own per-job figures
 
     def __post_init__(self) -> None:
@@ -86,6 +87,18 @@ class JobState:
     @property
     def remaining_samples(self) -> float:
         return max(self.job.total_samples - self.samples_done, 0.0)
+
+    def attained_at(self, now: float) -> float:
+        """GPU-seconds held up to `now` (counters are brought up to date lazily)."""
+        if self.status is JobStatus.RUNNING:
+            return self.attained_gpu_s + len(self.gpus) * (now - self.synced_s)
+        return self.attained_gpu_s
+
+    def run_time_at(self, now: float) -> float:
+        """Wall seconds held up to `now`."""
+        if self.status is JobStatus.RUNNING:
+            return self.run_time_s + (now - self.synced_s)
+        return self.run_time_s
 
 
 class JobTable:

@@ -71,6 +71,7 @@ def apply_decision(decision: Decision, cluster: ClusterState, jobs: JobTable, no
         state.preemptions += 1
         return
     cluster.allocate(state.job_id, decision.gpus)
+    state.share = "exclusive"  # a migrated or resized job runs on GPUs of its own
     if isinstance(decision, Migrate):
         state.migrations += 1
     else:  # Resize

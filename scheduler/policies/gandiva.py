@@ -1,0 +1,186 @@
+"""Gandiva (OSDI'18): time-slicing, packing and migration.
+
+- Jobs start first come first served on GPUs of their own (consolidated on one node when they
+  fit one).
+- When a waiting job finds no free GPUs, it shares the GPUs of a running job of the same size
+  (at most two jobs per GPU): packed (both run at once) when the interference predictor says
+  the pair's combined normalized throughput exceeds 1 and Salus's memory safety condition holds
+  (sum of persistent memory + largest ephemeral memory <= GPU memory; with only total memory
+  known, the total counts as persistent, which is stricter); time-sliced at mini-batch
+  boundaries otherwise (each gets half, less Gandiva's 2% overhead).
+- Migration: a time-sliced or packed job moves to GPUs of its own as soon as some free up, and
+  a job that would be spread over nodes is made room for on one node by migrating small jobs
+  off it (defragmentation).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from scheduler.core.cluster import GpuSlot
+from scheduler.core.decisions import Migrate
+from scheduler.core.jobs import JobState
+from scheduler.core.loop import Allocation, ConsolidatedPlacement, RoundContext
+from scheduler.policies import register
+
+# GPU memory (MB) of the GPU types in the shipped data (vendor specifications).
+GPU_MEMORY_MB = {
+    "k80": 12 * 1024,
+    "p100": 16 * 1024,
+    "v100": 16 * 1024,
+    "t4": 16 * 1024,
+    "a100": 40 * 1024,
+    "h100": 80 * 1024,
+}
+
+HostClass = tuple[str, str, int]  # (gpu type, job type, local batch)
+MemoryOf = Callable[[str, int], float | None]  # (job type, local batch) -> MB or None
+
+
+def salus_fits(persistent_mb: Sequence[float], ephemeral_mb: Sequence[float], cap: float) -> bool:
+    """Salus's safety condition for jobs sharing one GPU of `cap` MB."""
+    return sum(persistent_mb) + max(ephemeral_mb, default=0.0) <= cap
+
+
+class GandivaPlacement(ConsolidatedPlacement):
+    """Consolidated placement that migrates small jobs to keep a job on one node, and moves
+    sharing jobs to GPUs of their own when some are free."""
+
+    def place(self, schedule: Sequence[Allocation], ctx: RoundContext) -> None:
+        super().place(schedule, ctx)
+        for state in list(ctx.jobs.running()):
+            if state.share != "exclusive" or _alone(state, ctx):
+                continue
+            slots = ctx.cluster.find_free(state.num_gpus)
+            if slots is not None:
+                ctx.commit(Migrate(state.job_id, slots))
+
+    def slots_for(self, alloc: Allocation, ctx: RoundContext) -> tuple[GpuSlot, ...] | None:
+        slots = super().slots_for(alloc, ctx)
+        if slots is None or alloc.share_with is not None or len({n for n, _ in slots}) == 1:
+            return slots
+        return self._defragment(alloc, ctx) or slots
+
+    def _defragment(self, alloc: Allocation, ctx: RoundContext) -> tuple[GpuSlot, ...] | None:
+        cluster = ctx.cluster
+        nodes = [
+            n
+            for n in range(cluster.num_nodes)
+            if cluster.node_size[n] >= alloc.num_gpus
+            and (alloc.gpu_type is None or cluster.node_type[n] == alloc.gpu_type)
+        ]
+        if not nodes:
+            return None
+        node = max(nodes, key=lambda n: (cluster.free_per_node[n], -n))
+        guests = {j for occ in cluster.occupants[node] for j in occ}
+        movable = sorted(
+            (ctx.jobs[j] for j in guests),
+            key=lambda s: s.num_gpus,
+        )
+        for state in movable:
+            if cluster.free_per_node[node] >= alloc.num_gpus:
+                break
+            if state.share != "exclusive" or {n for n, _ in state.gpus} != {node}:
+                continue
+            target = cluster.find_free(state.num_gpus, cluster.node_type[node], exclude=node)
+            if target is None or len({n for n, _ in target}) != 1:
+                continue
+            ctx.commit(Migrate(state.job_id, target))
+        if cluster.free_per_node[node] >= alloc.num_gpus:
+            return tuple(cluster.free_slots(node)[: alloc.num_gpus])
+        return None
+
+
+def _alone(state: JobState, ctx: RoundContext) -> bool:
+    return all(len(ctx.cluster.occupants[n][g]) == 1 for n, g in state.gpus)
+
+
+@register("gandiva")
+class GandivaPolicy:
+    needs_predictions = True
+
+    def __init__(self, memory_mb: MemoryOf | None = None, timeslice: bool = True) -> None:
+        self.memory_mb = memory_mb
+        self.timeslice = timeslice
+        self.placement = GandivaPlacement()
+        self._memory: dict[tuple[str, int], float | None] = {}
+
+    def _memory_of(self, state: JobState) -> float | None:
+        key = (state.job.job_type, state.batch_size // max(state.job.num_gpus, 1))
+        if key not in self._memory:
+            self._memory[key] = self.memory_mb(*key) if self.memory_mb else None
+        return self._memory[key]
+
+    def can_pack(self, a: JobState, b: JobState, gpu_type: str, speeds: tuple[float, float]):
+        """Pack only when it pays (combined normalized throughput > 1) and memory is safe."""
+        if not speeds[0] + speeds[1] > 1.0:  # NaN (unmeasured pair) never packs
+            return False
+        cap = GPU_MEMORY_MB.get(gpu_type)
+        mem_a, mem_b = self._memory_of(a), self._memory_of(b)
+        if cap is None or mem_a is None or mem_b is None:
+            return False
+        return salus_fits([mem_a, mem_b], [0.0, 0.0], cap)
+
+    def schedule(self, ctx: RoundContext) -> list[Allocation]:
+        cluster, jobs = ctx.cluster, ctx.jobs
+        running = list(jobs.running())
+        out = [Allocation(s.job_id, s.num_gpus, s.batch_size, s.share) for s in running]
+        free = cluster.free_gpus
+        # hosts: running jobs alone on their GPUs, by size, then by (gpu type, job type, batch)
+        hosts: dict[int, dict[HostClass, list[JobState]]] = {}
+        for s in running:
+            if s.share == "exclusive" and _alone(s, ctx):
+                key = (cluster.node_type[s.gpus[0][0]], s.job.job_type, s.batch_size // s.num_gpus)
+                hosts.setdefault(s.num_gpus, {}).setdefault(key, []).append(s)
+        waiting = []
+        for state in jobs.waiting():
+            need = state.job.num_gpus
+            if need <= free:
+                out.append(Allocation(state.job_id, need, state.batch_size))
+                free -= need
+            elif hosts.get(need):
+                waiting.append(state)
+        if not waiting:
+            return out
+        speeds = self._class_speeds(waiting, hosts, ctx)
+        for state in waiting:
+            classes = hosts.get(state.job.num_gpus, {})
+            mine = (state.job.job_type, state.batch_size // state.job.num_gpus)
+            best, best_value = None, 1.0
+            for key, members in classes.items():
+                pair = speeds.get((mine, key), (float("nan"),) * 2)
+                packable = members and self.can_pack(state, members[0], key[0], pair)
+                if packable and sum(pair) > best_value:
+                    best, best_value = key, sum(pair)
+            if best is not None:
+                host = classes[best].pop()
+                share = "pack"
+            elif self.timeslice and (left := [m for m in classes.values() if m]):
+                host = left[0].pop()
+                share = "timeslice"
+            else:
+                continue
+            out.append(
+                Allocation(state.job_id, state.job.num_gpus, state.batch_size, share, host.job_id)
+            )
+        return out
+
+    def _class_speeds(
+        self,
+        waiting: list[JobState],
+        hosts: dict[int, dict[HostClass, list[JobState]]],
+        ctx: RoundContext,
+    ) -> dict[tuple[tuple[str, int], HostClass], tuple[float, float]]:
+        """Predicted speeds of every (waiting job class, host class) pair, in one batched call.
+        Classes (job type, local batch) keep the call small however many jobs wait."""
+        if ctx.predictor is None or self.memory_mb is None:
+            return {}
+        wanted = {
+            ((s.job.job_type, s.batch_size // s.job.num_gpus), key)
+            for s in waiting
+            for key in hosts.get(s.job.num_gpus, {})
+        }
+        pairs = sorted(wanted)
+        keys = [(h[0], w[0], w[1], h[1], h[2]) for w, h in pairs]
+        values = ctx.predictor.pair_speeds(keys)
+        return {p: (float(v[0]), float(v[1])) for p, v in zip(pairs, values, strict=True)}

@@ -1,0 +1,1 @@
+"""The trace-driven, event-driven cluster simulator: the scheduler core's executor for traces."""

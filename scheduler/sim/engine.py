@@ -1,0 +1,267 @@
+"""The event-driven simulator: the scheduler core's `Executor` for traces.
+
+Events are arrivals, completions and the policy's own wake-ups (for example Tiresias's
+demotion thresholds); a scheduling round runs after the events of each instant, never on a
+fixed small tick. Jobs advance at their TRUE rate (the measured step time of their type, GPU
+count and batch, slowed by measured interference when packed or shared by time-slicing); the
+policies decide from predictions, so prediction error shows in the results.
+
+Progress is kept lazily: a job's counters are brought up to date only when something about it
+changes (a decision, a neighbour on its GPUs changes, it finishes), and its completion event is
+re-computed then (stale events are skipped by version), so a round costs only the jobs it
+touches.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from scheduler.core.cluster import ClusterSpec, ClusterState, GpuSlot
+from scheduler.core.decisions import Decision, Resize, Run, Suspend
+from scheduler.core.jobs import JobState, JobTable
+from scheduler.core.loop import SchedulingLoop, SchedulingPolicy
+from scheduler.core.predictions import JobPredictor
+from scheduler.sim.costs import Costs
+from scheduler.sim.workload import Workload
+
+_EPS = 1e-9
+
+
+@dataclass(slots=True)
+class _Running:
+    """What the simulator knows about a job holding GPUs."""
+
+    slots: tuple[GpuSlot, ...]
+    rate: float  # samples/s while productive
+    busy_until: float  # overhead (restart, migration) paid until then
+    version: int = 0
+
+
+@dataclass
+class Accounting:
+    """Cluster-side integrals, kept independently of the per-job counters to cross-check."""
+
+    placement_gpu_s: float = 0.0  # integral of (job, GPU) pairs held
+    busy_gpu_s: float = 0.0  # integral of GPUs holding at least one job
+    productive_gpu_s: dict[str, float] = field(default_factory=dict)
+
+
+class SimulatedExecutor:
+    """Carries out decisions on the simulated cluster and keeps each job's true progress."""
+
+    def __init__(self, workload: Workload, cluster: ClusterState, costs: Costs) -> None:
+        self.workload, self.cluster, self.costs = workload, cluster, costs
+        self.running: dict[str, _Running] = {}
+        self.events: list[tuple[float, int, str, int]] = []  # (time, seq, job, version)
+        self._seq = 0
+        self.accounting = Accounting()
+        self._gpu_type = dict(enumerate(cluster.node_type))
+        self._after_release: set[str] = set()
+
+    # --- the Executor protocol -------------------------------------------------------------
+    def apply(self, decisions: Sequence[Decision], jobs: JobTable, now: float) -> None:
+        touched: set[str] = set()
+        slots: set[GpuSlot] = set()  # GPUs whose occupants changed
+        for decision in decisions:
+            state = jobs[decision.job_id]
+            self.sync(state, now)
+            touched.add(state.job_id)
+            record = self.running.get(state.job_id)
+            if record is not None:
+                slots.update(record.slots)
+            if isinstance(decision, Suspend):
+                del self.running[state.job_id]
+                continue
+            slots.update(decision.gpus)
+            if isinstance(decision, Run):
+                resumed = state.preemptions > 0 or state.samples_done > 0
+                delay = self.costs.restart_s if resumed else 0.0
+                self.running[state.job_id] = _Running(decision.gpus, 0.0, now + delay)
+            elif record is not None:
+                delay = self.costs.migrate_s
+                if isinstance(decision, Resize):
+                    delay = self.costs.resize_s
+                record.slots = decision.gpus
+                record.busy_until = max(record.busy_until, now + delay)
+        # neighbours on GPUs whose occupants changed run at a new rate too
+        for node, gpu in slots:
+            for other in self.cluster.occupants[node][gpu]:
+                if other not in touched:
+                    self.sync(jobs[other], now)
+                    touched.add(other)
+        for job_id in touched:
+            state = jobs[job_id]
+            if job_id in self.running:
+                self.running[job_id].rate = self.true_rate(state, jobs)
+                self._schedule_completion(state, now)
+
+    # --- progress ---------------------------------------------------------------------------
+    def sync(self, state: JobState, now: float) -> None:
+        """Bring a job's counters up to `now` at the rate it ran with since the last sync."""
+        record = self.running.get(state.job_id)
+        if record is None:
+            state.synced_s = now
+            return
+        elapsed = now - state.synced_s
+        if elapsed > 0:
+            overhead = min(max(record.busy_until - state.synced_s, 0.0), elapsed)
+            productive = elapsed - overhead
+            state.samples_done = min(
+                state.samples_done + productive * record.rate, state.job.total_samples
+            )
+            gpus = len(record.slots)
+            state.attained_gpu_s += elapsed * gpus
+            state.overhead_gpu_s += overhead * gpus
+            state.run_time_s += elapsed
+            acc = self.accounting.productive_gpu_s
+            acc[state.job_id] = acc.get(state.job_id, 0.0) + productive * gpus
+        state.synced_s = now
+
+    def true_rate(self, state: JobState, jobs: JobTable) -> float:
+        """Samples/s of a job on its GPUs: measured step time, slowed by sharing."""
+        job, n = state.job, state.num_gpus
+        gpu_type = self._gpu_type[state.gpus[0][0]]
+        solo = self.workload.scaling.throughput(job.job_type, gpu_type, n, state.batch_size)
+        factor = 1.0
+        for node, gpu in state.gpus:
+            occupants = self.cluster.occupants[node][gpu]
+            if len(occupants) == 1:
+                continue
+            share = (1.0 - self.costs.timeslice_overhead) / len(occupants)
+            other = jobs[occupants[0] if occupants[1] == state.job_id else occupants[1]]
+            if len(occupants) == 2 and "pack" in (state.share, other.share):
+                pair = self.workload.interference.pair(
+                    gpu_type,
+                    job.job_type,
+                    state.batch_size // n,
+                    other.job.job_type,
+                    other.batch_size // max(other.num_gpus, 1),
+                )
+                if pair is not None:
+                    share = pair.a_speed
+            factor = min(factor, share)
+        return solo * factor
+
+    def finish(self, state: JobState, now: float, jobs: JobTable) -> None:
+        """A job completed: settle its counters; the jobs that shared its GPUs speed up."""
+        self.sync(state, now)
+        state.samples_done = state.job.total_samples
+        record = self.running.pop(state.job_id)
+        for node, gpu in record.slots:
+            for other in self.cluster.occupants[node][gpu]:
+                if other != state.job_id and other in self.running:
+                    self.sync(jobs[other], now)
+                    self._after_release.add(other)
+
+    def refresh(self, jobs: JobTable, now: float) -> None:
+        """New rates for the jobs whose GPU neighbours left (call after releasing GPUs)."""
+        for job_id in self._after_release:
+            if job_id in self.running:
+                self.running[job_id].rate = self.true_rate(jobs[job_id], jobs)
+                self._schedule_completion(jobs[job_id], now)
+        self._after_release.clear()
+
+    def _schedule_completion(self, state: JobState, now: float) -> None:
+        record = self.running[state.job_id]
+        record.version += 1
+        if record.rate <= 0:
+            return
+        start = max(now, record.busy_until)
+        finish = start + state.remaining_samples / record.rate
+        self._seq += 1
+        heapq.heappush(self.events, (finish, self._seq, state.job_id, record.version))
+
+    def next_completion(self) -> float | None:
+        while self.events:
+            when, _, job_id, version = self.events[0]
+            record = self.running.get(job_id)
+            if record is not None and record.version == version:
+                return when
+            heapq.heappop(self.events)
+        return None
+
+    def pop_completions(self, now: float) -> list[str]:
+        done = []
+        while (when := self.next_completion()) is not None and when <= now + _EPS:
+            _, _, job_id, _ = heapq.heappop(self.events)
+            done.append(job_id)
+        return done
+
+
+@dataclass
+class SimResult:
+    workload: Workload
+    cluster: ClusterState
+    jobs: JobTable
+    accounting: Accounting
+    makespan_s: float
+    rounds: int
+    decisions: int
+    policy: str
+
+
+ProgressCallback = Callable[[int, int], None]
+
+
+def simulate(
+    workload: Workload,
+    spec: ClusterSpec,
+    policy: SchedulingPolicy,
+    *,
+    predictor: JobPredictor | None = None,
+    costs: Costs | None = None,
+    on_progress: ProgressCallback | None = None,
+) -> SimResult:
+    """Run `workload` on a cluster `spec` under `policy` until every job is done."""
+    cluster = ClusterState(spec)
+    executor = SimulatedExecutor(workload, cluster, costs or Costs())
+    loop = SchedulingLoop(cluster, policy, executor, predictor=predictor)
+    jobs = sorted(workload.jobs, key=lambda j: j.submit_time_s)
+    total, arrived, finished, rounds, decisions = len(jobs), 0, 0, 0, 0
+    acc = executor.accounting
+    wakeup = getattr(policy, "next_wakeup", None)
+    timer: float | None = None
+    now = jobs[0].submit_time_s if jobs else 0.0
+    while finished < total:
+        candidates = [
+            t
+            for t in (
+                jobs[arrived].submit_time_s if arrived < total else None,
+                executor.next_completion(),
+                timer,
+            )
+            if t is not None
+        ]
+        if not candidates:
+            stuck = [s.job_id for s in loop.jobs.active.values()][:5]
+            raise RuntimeError(f"simulation stalled at {now:.0f}s with jobs waiting: {stuck}")
+        t = max(min(candidates), now)
+        acc.placement_gpu_s += cluster.placements * (t - now)
+        acc.busy_gpu_s += cluster.used_gpus() * (t - now)
+        now = t
+        for job_id in executor.pop_completions(now):
+            executor.finish(loop.jobs[job_id], now, loop.jobs)
+            loop.job_finished(job_id, now)
+            finished += 1
+        executor.refresh(loop.jobs, now)
+        batch = []
+        while arrived < total and jobs[arrived].submit_time_s <= now:
+            batch.append(jobs[arrived])
+            arrived += 1
+        if batch:
+            accepted = loop.submit(batch, now)
+            for state in accepted:
+                state.synced_s = now
+            finished += len(batch) - len(accepted)
+        decisions += len(loop.round(now))
+        rounds += 1
+        timer = wakeup(loop.context(now)) if wakeup else None
+        if timer is not None and timer <= now:
+            timer = None
+        if on_progress:
+            on_progress(finished, total)
+    makespan = now - (jobs[0].submit_time_s if jobs else 0.0)
+    return SimResult(workload, cluster, loop.jobs, acc, makespan, rounds, decisions, policy.name)
+

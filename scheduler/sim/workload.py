@@ -1,0 +1,169 @@
+"""From a shipped trace to simulator jobs whose performance comes from measured data.
+
+Mapping rule (also in docs/scheduler.md):
+- A trace row whose `job` names a measured job type (any scaling dataset) keeps it. Otherwise
+  (Philly, ElasticFlow: no model name) its type is drawn from the measured types, deterministic
+  per job (a hash of the job id and the seed), among the types measured at its GPU count or
+  more (all types when none is).
+- Batch: a trace `batch_size` is the per-GPU batch (Muri's convention); without one, the type's
+  most measured local batch. The global batch is the local batch times the requested GPUs.
+- Work: `total_samples` = traced duration x true throughput at the requested size, so a job
+  run alone at its requested size takes exactly its traced duration.
+- Jobs asking for 0 GPUs or more GPUs than the cluster has are dropped (and counted).
+- Load: submit times divided by `load` (load 2 = arrivals twice as dense).
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from datasets.contract import validate
+from datasets.io import read_table
+from datasets.registry import load, registry
+from perfcast.errors import PerfcastError
+from scheduler.core.cluster import ClusterState
+from scheduler.core.jobs import Job
+from scheduler.sim.catalog import InterferenceCatalog, ScalingCatalog
+
+SCALING_DATASETS = ("muri-scaling", "pollux-scaling", "gavel-scaling", "chronus-scaling")
+INTERFERENCE_DATASETS = ("gavel-interference",)
+
+
+class TraceError(PerfcastError):
+    """A trace name or file that cannot be read as a trace."""
+
+
+def read_trace(spec: str) -> pd.DataFrame:
+    """A trace table from `DATASET`, `DATASET:PART` (rows whose `trace` or `vc` column is PART,
+    e.g. `muri-traces:testbed/cluster_trace`, `elasticflow-traces:cluster01`) or a CSV/Parquet
+    file in the trace contract."""
+    path = Path(spec)
+    if path.suffix in {".csv", ".parquet"} and path.is_file():
+        return validate(read_table(path), "trace", source=str(path))
+    name, _, part = spec.partition(":")
+    known = registry()
+    if name not in known or known[name].kind != "trace":
+        traces = ", ".join(n for n, d in known.items() if d.kind == "trace")
+        raise TraceError(f"no trace {name!r}: give a trace file or one of: {traces}")
+    table = load(name)
+    if not part:
+        return table
+    column = "trace" if "trace" in table.columns else "vc"
+    if column not in table.columns:
+        raise TraceError(f"trace {name!r} has no parts (no 'trace' or 'vc' column)")
+    rows = table[table[column].astype(str) == part]
+    if rows.empty:
+        parts = ", ".join(sorted(table[column].astype(str).unique())[:20])
+        raise TraceError(f"trace {name!r} has no part {part!r}; parts: {parts}")
+    return rows.reset_index(drop=True)
+
+
+def _available(names: tuple[str, ...]) -> list[str]:
+    known = registry()
+    return [n for n in names if n in known]
+
+
+def load_catalogs(gpus_per_node: int = 8) -> tuple[ScalingCatalog, InterferenceCatalog]:
+    """Job types from every shipped scaling dataset; pair speeds from the interference ones."""
+    scaling = [load(n) for n in _available(SCALING_DATASETS)]
+    if not scaling:
+        raise PerfcastError(f"none of the scaling datasets {SCALING_DATASETS} is registered")
+    pairs = [load(n) for n in _available(INTERFERENCE_DATASETS)]
+    inter = InterferenceCatalog(pd.concat(pairs, ignore_index=True) if pairs else None)
+    return ScalingCatalog(pd.concat(scaling, ignore_index=True), gpus_per_node), inter
+
+
+@dataclass
+class Workload:
+    name: str
+    jobs: list[Job]  # by submit time
+    scaling: ScalingCatalog
+    interference: InterferenceCatalog
+    dropped: Counter[str] = field(default_factory=Counter)
+    drawn_types: int = 0  # jobs whose type was drawn (the trace named no measured model)
+
+
+def _draw(job_id: str, seed: int, options: list[str]) -> str:
+    return options[zlib.crc32(f"{seed}:{job_id}".encode()) % len(options)]
+
+
+def build_workload(
+    trace: pd.DataFrame,
+    cluster: ClusterState,
+    scaling: ScalingCatalog,
+    interference: InterferenceCatalog,
+    *,
+    name: str = "trace",
+    seed: int = 0,
+    load_factor: float = 1.0,
+    max_jobs: int | None = None,
+) -> Workload:
+    """Simulator jobs from a trace table (see the module docstring for the rules)."""
+    if load_factor <= 0:
+        raise PerfcastError(f"load must be > 0, got {load_factor}")
+    table = trace.sort_values("submit_time_s", kind="stable")
+    if max_jobs is not None:
+        table = table.head(max_jobs)
+    dropped: Counter[str] = Counter()
+    types = scaling.job_types()
+    by_size = {
+        n: [t for t in types if scaling.max_measured_gpus(t) >= n] or types
+        for n in sorted(set(table["num_gpus"].astype(int)))
+    }
+    gpu_type = Counter(cluster.node_type).most_common(1)[0][0]
+    start = float(table["submit_time_s"].min())
+    names = table["job"].astype(str).str.lower() if "job" in table else None
+    batches = table.get("batch_size")
+    users = table["user"] if "user" in table else table.get("vc")
+    deadlines = table.get("deadline_s")
+    jobs, drawn = [], 0
+    for i, (job_id, submit, gpus, duration) in enumerate(
+        zip(
+            table["job_id"].astype(str),
+            table["submit_time_s"].to_numpy(float),
+            table["num_gpus"].to_numpy(int),
+            table["duration_s"].to_numpy(float),
+            strict=True,
+        )
+    ):
+        if gpus <= 0:
+            dropped["asks for no GPU"] += 1
+            continue
+        if gpus > cluster.total_gpus:
+            dropped["asks for more GPUs than the cluster has"] += 1
+            continue
+        job_type = names.iat[i] if names is not None else None
+        if job_type is None or not scaling.has(job_type):
+            job_type = _draw(job_id, seed, by_size[gpus])
+            drawn += 1
+        local = None
+        if batches is not None and not pd.isna(batches.iat[i]):
+            local = int(batches.iat[i])
+        local = local or scaling.reference_local_batch(job_type)
+        batch = local * int(gpus)
+        rate = scaling.throughput(job_type, gpu_type, int(gpus), batch)
+        submit_s = float(submit - start) / load_factor
+        deadline = None
+        if deadlines is not None and not pd.isna(deadlines.iat[i]):
+            deadline = submit_s + float(deadlines.iat[i])
+        jobs.append(
+            Job(
+                job_id=job_id,
+                submit_time_s=submit_s,
+                job_type=job_type,
+                num_gpus=int(gpus),
+                batch_size=batch,
+                total_samples=float(duration) * rate,
+                duration_s=float(duration),
+                user=None if users is None or pd.isna(users.iat[i]) else str(users.iat[i]),
+                deadline_s=deadline,
+                max_gpus=int(np.clip(2 * gpus, 1, cluster.total_gpus)),
+            )
+        )
+    return Workload(name, jobs, scaling, interference, dropped, drawn)
