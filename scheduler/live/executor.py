@@ -155,7 +155,10 @@ class RayExecutor:
             else:
                 self._launch(job_id, gpus, batch, self._restore_point(job_id))
             self.store.update_job(job_id, share=share)
-            if share == "timeslice":
+            if share == "timeslice":  # take turns with the jobs already on those GPUs
+                for other in list(self.live.values()):
+                    if other.job_id != job_id and other.gpus == gpus and not other.suspended:
+                        self.slicer.add(other.job_id, gpus)
                 self.slicer.add(job_id, gpus)
 
     def suspend(self, job_id: str) -> float:
@@ -166,7 +169,7 @@ class RayExecutor:
             start = time.perf_counter()
             if not live.suspended:
                 self._suspend_workers(live)
-            self.store.update_job(job_id, status="suspended", gpus=())
+            self.store.update_job(job_id, status="suspended")
             self.store.log(job_id, "suspend")
             return time.perf_counter() - start
 
@@ -510,18 +513,20 @@ class TimeSlicer:
     def _loop(self) -> None:
         while not self._stop.wait(self.slice_s):
             with self.executor._lock:
-                for group in self.groups.values():
-                    self._rotate(group)
+                for gpus, group in list(self.groups.items()):
+                    self._rotate(gpus, group)
 
-    def _rotate(self, group: list[str]) -> None:
+    def _rotate(self, gpus: tuple[GpuSlot, ...], group: list[str]) -> None:
         live = self.executor.live
         running, waiting = live.get(group[0]), live.get(group[1])
         if running is None or waiting is None:
             return
         try:
             self.executor._suspend_workers(running)
-        except ExecutorError:
-            return  # it just finished; `poll` removes it
+            group.append(group.pop(0))
+        except ExecutorError:  # it has just finished: the others go on without it
+            group.pop(0)
+            if len(group) <= 1:
+                self.groups.pop(gpus)
         self.executor._resume_workers(waiting)
-        group.append(group.pop(0))
         self.switches += 1

@@ -23,7 +23,7 @@ import torch
 import torch.distributed as dist
 
 from scheduler.live.checkpoint import CheckpointRef
-from scheduler.live.hook import TrainingHook
+from scheduler.live.hook import HookStatus, TrainingHook
 from scheduler.live.spec import JobSpec
 
 PROCESS_GROUP_TIMEOUT = datetime.timedelta(seconds=60)
@@ -86,7 +86,7 @@ class TrainingWorker:
 
     def status(self) -> dict[str, Any]:
         a = self._assignment
-        hook_status = self._hook.status.as_dict() if self._hook else {}
+        hook_status = (self._hook.status if self._hook else HookStatus()).as_dict()
         return {
             "job_id": a.job_id if a else None,
             "attempt": a.attempt if a else None,
