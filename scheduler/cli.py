@@ -1,0 +1,94 @@
+"""`perfcast simulate`: replay a trace on a simulated cluster under a scheduling policy."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+from rich.table import Table
+
+from scheduler.backends import BACKENDS
+from scheduler.core.cluster import ClusterSpec
+from scheduler.policies import policy_names
+from scheduler.sim.run import prepare_workload, run_simulation, write_outputs
+
+app = typer.Typer(no_args_is_help=True)
+console = Console(stderr=True)
+
+JSON_KEYS = ("jobs", "avg_jct_s", "p99_jct_s", "makespan_s", "avg_queue_s", "utilization")
+
+
+@app.command()
+def simulate(
+    trace: Annotated[
+        str,
+        typer.Option(
+            help="Trace dataset (e.g. muri-traces, or DATASET:PART such as "
+            "muri-traces:testbed/cluster_trace, elasticflow-traces:cluster01) or a CSV/Parquet "
+            "file in the trace contract."
+        ),
+    ],
+    cluster: Annotated[
+        str,
+        typer.Option(
+            help="Cluster: NODESxGPUS:TYPE (e.g. 16x8:v100, or 4x8:v100,2x4:k80) or a YAML file."
+        ),
+    ],
+    policy: Annotated[str, typer.Option(help=f"Policy: {', '.join(policy_names())}.")],
+    predictor: Annotated[
+        str, typer.Option(help=f"Prediction backend for decisions: {', '.join(BACKENDS)}.")
+    ] = "oracle",
+    url: Annotated[str, typer.Option(help="Service URL for --predictor http.")] = (
+        "http://127.0.0.1:8000"
+    ),
+    load: Annotated[float, typer.Option(help="Arrival density: submit times / load.")] = 1.0,
+    max_jobs: Annotated[int | None, typer.Option(help="Only the first N jobs.")] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the job-type draw (unnamed jobs).")] = 0,
+    out: Annotated[
+        Path | None, typer.Option(help="Folder for metrics.json, jobs.csv and jct_cdf.png.")
+    ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the metrics as JSON on the last line.")
+    ] = False,
+) -> None:
+    """Simulate a trace: jobs progress at measured step times; the policy decides from the
+    chosen predictions. Prints the JCT, queueing, utilization and fairness figures."""
+    spec = ClusterSpec.parse(cluster)
+    workload = prepare_workload(trace, spec, load=load, max_jobs=max_jobs, seed=seed)
+    if workload.dropped:
+        for why, count in workload.dropped.items():
+            console.print(f"dropped {count} job(s): {why}")
+    with Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    ) as bar:
+        task = bar.add_task(f"{policy} on {spec}", total=len(workload.jobs))
+        last = [0]
+
+        def progress(done: int, total: int) -> None:
+            if done - last[0] >= 200 or done == total:
+                bar.update(task, completed=done)
+                last[0] = done
+
+        run = run_simulation(workload, spec, policy, predictor=predictor, url=url,
+                             on_progress=progress)  # fmt: skip
+    table = Table(title=f"{trace} on {spec}, {policy} ({run.summary['predictor']} predictions)")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for key, value in run.summary.items():
+        if key not in ("policy", "trace", "predictor"):
+            table.add_row(key, f"{value:,.3f}" if isinstance(value, float) else str(value))
+    Console().print(table)
+    if out is not None:
+        for path in write_outputs(run, out):
+            console.print(f"wrote {path}")
+    if as_json:
+        print(json.dumps({k: run.summary[k] for k in JSON_KEYS} | run.summary))

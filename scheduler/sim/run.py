@@ -1,0 +1,85 @@
+"""One simulation from names: trace, cluster spec, policy and predictor. The CLI and the
+benchmark both go through `run_simulation`."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from datasets.io import write_table
+from scheduler.backends import make_backend
+from scheduler.core.cluster import ClusterSpec, ClusterState
+from scheduler.core.predictions import JobPredictor
+from scheduler.policies import make_policy
+from scheduler.sim.costs import Costs
+from scheduler.sim.engine import ProgressCallback, SimResult, simulate
+from scheduler.sim.metrics import job_table, plot_jct_cdf, summarize
+from scheduler.sim.workload import Workload, build_workload, load_catalogs, read_trace
+
+
+@dataclass
+class SimRun:
+    result: SimResult
+    summary: dict[str, float | int | str]
+    jobs: pd.DataFrame
+
+
+def prepare_workload(
+    trace: str,
+    spec: ClusterSpec,
+    *,
+    load: float = 1.0,
+    max_jobs: int | None = None,
+    seed: int = 0,
+) -> Workload:
+    gpus_per_node = max(g.gpus_per_node for g in spec.groups)
+    scaling, interference = load_catalogs(gpus_per_node)
+    return build_workload(
+        read_trace(trace),
+        ClusterState(spec),
+        scaling,
+        interference,
+        name=trace,
+        seed=seed,
+        load_factor=load,
+        max_jobs=max_jobs,
+    )
+
+
+def run_simulation(
+    workload: Workload,
+    spec: ClusterSpec,
+    policy_name: str,
+    *,
+    predictor: str = "oracle",
+    url: str = "http://127.0.0.1:8000",
+    costs: Costs | None = None,
+    on_progress: ProgressCallback | None = None,
+) -> SimRun:
+    options = {"memory_mb": workload.interference.memory_mb} if policy_name == "gandiva" else {}
+    policy = make_policy(policy_name, **options)
+    job_predictor = None
+    if policy.needs_predictions:
+        gpus_per_node = max(g.gpus_per_node for g in spec.groups)
+        job_predictor = JobPredictor(make_backend(predictor, workload, url), gpus_per_node)
+    result = simulate(
+        workload, spec, policy, predictor=job_predictor, costs=costs, on_progress=on_progress
+    )
+    summary = summarize(result) | {"predictor": predictor if job_predictor else "none"}
+    return SimRun(result, summary, job_table(result))
+
+
+def write_outputs(run: SimRun, out: Path) -> list[Path]:
+    """The run's metrics (JSON), per-job table (CSV) and JCT CDF (PNG) under `out`."""
+    out.mkdir(parents=True, exist_ok=True)
+    metrics = out / "metrics.json"
+    tmp = metrics.with_suffix(".tmp")
+    tmp.write_text(json.dumps(run.summary, indent=2))
+    tmp.replace(metrics)
+    jobs = write_table(run.jobs, out / "jobs.csv")
+    title = f"{run.summary['trace']} - {run.summary['policy']}"
+    plot = plot_jct_cdf({str(run.summary["policy"]): run.jobs}, out / "jct_cdf.png", title)
+    return [metrics, jobs, plot]
