@@ -35,7 +35,9 @@ def _register(folder: Path) -> None:
         files = meta["files"]
         host, device, command = meta["host"], meta["device"], meta["command"]
     except (ValueError, KeyError, TypeError) as err:
-        raise ContractError(f"unreadable measured-dataset metadata: {err}", file=str(meta_path))
+        raise ContractError(
+            f"unreadable measured-dataset metadata: {err}", file=str(meta_path)
+        ) from None
     for name, info in files.items():
         path = folder / name
         stem = Path(name).stem.replace("_", "-")

@@ -184,10 +184,10 @@ def _flops(
     if kind == "linear":  # the bias add is not counted, as in NeuSight's opgraph
         out_features = out_shapes[0][-1]
         return 2 * (out_elems // out_features) * input_shapes[0][-1] * out_features
-    if kind == "conv2d" and isinstance(module, nn.Conv2d):
-        kh, kw = module.kernel_size
-        macs = out_elems * (module.in_channels // module.groups) * kh * kw
-        return 2 * macs + (out_elems if module.bias is not None else 0)
+    if kind == "conv2d":  # weight [Cout, Cin/groups, kh, kw]: the module's, or F.conv2d's arg
+        weight = list(module.weight.shape) if module is not None else input_shapes[1]
+        has_bias = getattr(module, "bias", None) is not None or len(input_shapes) > 2
+        return 2 * out_elems * math.prod(weight[1:]) + (out_elems if has_bias else 0)
     if kind == "bmm":
         return 2 * out_elems * input_shapes[0][-1]
     if kind == "lstm" and isinstance(module, nn.LSTM):

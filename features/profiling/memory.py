@@ -44,16 +44,18 @@ def parameter_count(model: nn.Module) -> int:
 
 
 @contextmanager
-def saved_activation_bytes() -> Iterator[list[int]]:
+def saved_activation_bytes(model: nn.Module) -> Iterator[list[int]]:
     """Measure the bytes autograd saves for the backward pass (the activations) while the
     block runs forward; yields a one-item list holding the total once the block ends.
-    Parameters that autograd saves (leaves requiring grad) are persistent, so not counted."""
+    Saved parameters, and views of them such as a transposed weight, are persistent: skipped."""
+    persistent = {_storage_key(p) for p in model.parameters()}
     seen: dict[tuple[str, int], int] = {}
     total = [0]
 
     def pack(t: Tensor) -> Tensor:
-        if not (t.is_leaf and t.requires_grad) and t.numel() > 0:
-            seen.setdefault(_storage_key(t), t.untyped_storage().nbytes())
+        key = _storage_key(t)
+        if key not in persistent and t.numel() > 0:
+            seen.setdefault(key, t.untyped_storage().nbytes())
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):

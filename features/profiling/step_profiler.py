@@ -196,7 +196,7 @@ def measure_memory(
         # Between steps only weights, gradients and optimizer state (and the batch) are live.
         persistent = torch.cuda.memory_allocated(dev) - _batch_bytes(batch)
         return persistent, max(0, allocator_peak - persistent), allocator_peak, allocator_peak
-    with saved_activation_bytes() as activations:
+    with saved_activation_bytes(model) as activations:
         train_step(model, optimizer, loss_fn, batch)
     persistent = persistent_bytes(model, optimizer)
     return persistent, activations[0], persistent + activations[0], 0

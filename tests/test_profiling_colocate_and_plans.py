@@ -1,0 +1,70 @@
+"""Co-located pairs and DuckDB TPC-H plans, measured for real on tiny inputs."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from datasets.contract import validate
+from features.profiling import query_plans
+from features.profiling.colocate import JobSpec, WindowSettings, colocate
+from perfcast.errors import PerfcastError
+
+
+def test_colocated_tiny_models_write_valid_interference_rows() -> None:
+    a, b = JobSpec.parse("mlp-w32-d1-i16:16"), JobSpec.parse("ncf-w8-d1-i2:32")
+    frame = colocate([(a, b)], WindowSettings(warmup=1, duration_s=0.6))
+    row = validate(frame, "interference").iloc[0]
+    assert (row["gpu_type"], row["a_job"], row["b_batch_size"]) == ("cpu", a.job, 32)
+    for side in "ab":
+        speed = row[f"{side}_colocated_throughput"] / row[f"{side}_solo_throughput"]
+        assert row[f"{side}_speed"] == pytest.approx(speed)
+        assert 0 < row[f"{side}_speed"] < 3
+        assert math.isnan(row[f"{side}_gpu_util"]) and math.isnan(row[f"{side}_mem_util"])
+        assert row[f"{side}_mem_mb"] > 0 and row[f"{side}_cpu_util"] > 0
+
+
+def test_job_spec_is_checked() -> None:
+    with pytest.raises(PerfcastError, match="NAME:BATCH"):
+        JobSpec.parse("mlp")
+    with pytest.raises(PerfcastError, match="unknown zoo model"):
+        JobSpec.parse("vgg:8")
+
+
+@pytest.fixture(scope="module")
+def tpch(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return query_plans.generate_tpch(0.002, tmp_path_factory.mktemp("tpch"))
+
+
+def test_tpch_plan_validates_as_contract_plan(tpch: Path) -> None:
+    con = query_plans.connect(tpch)
+    orders = con.execute("select count(*) from orders").fetchone()[0]
+    assert orders == 3000  # TPC-H: 1,500,000 orders per unit of scale
+    plan = query_plans.profile_query(con, 3, scale=0.002, threads=2, memory_limit_mb=128)
+    clean = validate(plan, "plan")
+    assert clean["sample_id"].nunique() == 1
+    assert (clean["threads"] == 2).all() and (clean["memory_limit_mb"] == 128).all()
+    ops = set(clean["op"])
+    assert "hash_join" in ops and "table_scan" in ops
+    # a tree: every operator but the root feeds exactly one parent
+    children = [c for text in clean["inputs"] for c in json.loads(text)]
+    assert sorted(children) == list(range(1, len(clean)))
+    assert clean.loc[0, "cardinality"] == 10  # LIMIT 10
+    assert clean["latency_ms"].sum() <= clean["e2e_latency_ms"].iloc[0] * 1.5
+
+
+def test_settings_change_the_run(tpch: Path) -> None:
+    con = query_plans.connect(tpch)
+    one = query_plans.profile_query(con, 6, scale=0.002, threads=1, memory_limit_mb=None)
+    assert (
+        one["sample_id"].iloc[0]
+        != query_plans.profile_query(con, 6, scale=0.002, threads=2, memory_limit_mb=None)[
+            "sample_id"
+        ].iloc[0]
+    )
+    assert math.isnan(one["memory_limit_mb"].iloc[0])
+    with pytest.raises(PerfcastError, match="unknown TPC-H query"):
+        query_plans.profile_query(con, 99, scale=0.002, threads=1, memory_limit_mb=None)
