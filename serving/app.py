@@ -1,0 +1,89 @@
+"""The FastAPI app: routers, middleware and the error contract.
+
+Errors are JSON `{"detail": ...}`: 422 for bad input (FastAPI's field paths; a data-contract
+break names `["body", "rows", <row index>, <column>]`), 503 when a task has no model, 413 for
+oversized bodies. Anything unexpected is logged with its traceback and answered 500 with an
+error id to find it in the log.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from perfcast.errors import ContractError, PerfcastError
+from serving.metrics import ServiceMetrics
+from serving.middleware import BodySizeLimitMiddleware, MetricsMiddleware
+from serving.models import ModelUnavailableError, ServedModels
+from serving.routers import decide, health, predict
+from serving.routers import models as models_routes
+from serving.settings import Settings
+
+log = logging.getLogger("perfcast.serving")
+
+
+def create_app(settings: Settings | None = None, models: ServedModels | None = None) -> FastAPI:
+    """The service app. Loads the served tasks' champions now unless `models` is given."""
+    settings = settings or Settings.from_env()
+    metrics = ServiceMetrics()
+    if models is None:
+        models = ServedModels(settings.tasks, metrics)
+        models.reload()
+    else:
+        models.metrics = metrics
+    app = FastAPI(
+        title="perfcast",
+        summary="Predictions and recommendations for deep-learning jobs on GPU clusters",
+        version="1",
+    )
+    app.state.settings, app.state.models, app.state.metrics = settings, models, metrics
+    for router in (predict.router, decide.router, models_routes.router, health.router):
+        app.include_router(router)
+    app.add_exception_handler(ModelUnavailableError, _unavailable)
+    app.add_exception_handler(ContractError, _contract_error)
+    app.add_exception_handler(PerfcastError, _perfcast_error)
+    app.add_exception_handler(Exception, _unexpected)
+    # outermost last: the size limit runs first, and its 413s are counted in the metrics
+    app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(MetricsMiddleware, metrics=metrics)
+    return app
+
+
+async def _unavailable(request: Request, err: ModelUnavailableError) -> JSONResponse:
+    return JSONResponse(
+        {"detail": str(err), "task": err.task, "reason": err.reason},
+        status_code=503,
+        headers={"Retry-After": "60"},
+    )
+
+
+async def _contract_error(request: Request, err: ContractError) -> JSONResponse:
+    loc: list[str | int] = ["body", "rows"]
+    if err.row is not None:
+        loc.append(err.row - 1)  # the contract counts rows from 1; JSON lists from 0
+    if err.column:
+        loc.append(err.column)
+    first = str(err).split("\n")[0]  # later lines repeat err.details
+    detail = [{"loc": loc, "msg": first, "type": "data_contract"}]
+    detail += [
+        {"loc": ["body", "rows"], "msg": d, "type": "data_contract"} for d in err.details[1:]
+    ]
+    return JSONResponse({"detail": detail}, status_code=422)
+
+
+async def _perfcast_error(request: Request, err: PerfcastError) -> JSONResponse:
+    return JSONResponse(
+        {"detail": [{"loc": ["body"], "msg": str(err), "type": "value_error"}]}, status_code=422
+    )
+
+
+async def _unexpected(request: Request, err: Exception) -> JSONResponse:
+    error_id = uuid.uuid4().hex[:12]
+    log.exception("unexpected error %s on %s %s", error_id, request.method, request.url.path)
+    return JSONResponse(
+        {"detail": f"internal error {error_id}: {type(err).__name__}; see the server log"},
+        status_code=500,
+    )

@@ -1,0 +1,82 @@
+"""The champion models the service answers with, and the prediction backend it hands to the
+optimizer: the in-process backend, restricted to loaded models and counted in the metrics."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+import pandas as pd
+
+from perfcast.errors import PerfcastError
+from predictor.backend import Task
+from predictor.inprocess import InProcessBackend
+from serving.metrics import ServiceMetrics
+
+
+class ModelUnavailableError(PerfcastError):
+    """A task has no model loaded (the service answers 503 with the reason)."""
+
+    def __init__(self, task: str, reason: str) -> None:
+        self.task, self.reason = task, reason
+        super().__init__(f"no model for task {task}: {reason}")
+
+
+def missing_reason(task: str) -> str:
+    return (
+        f"no champion model is registered for {task}; train one with "
+        f"`perfcast train --task {task}` (or run `perfcast serve`, which trains the default "
+        "models), then POST /v1/models/reload"
+    )
+
+
+class ServedModels:
+    """Champions of the served tasks, swapped as a whole on `reload()` so a request never sees
+    a half-loaded set. `predict` follows the PredictionBackend protocol."""
+
+    def __init__(
+        self,
+        tasks: tuple[str, ...],
+        metrics: ServiceMetrics | None = None,
+        backend_factory: Callable[[tuple[str, ...]], InProcessBackend] = InProcessBackend,
+    ) -> None:
+        self.tasks = tasks
+        self.metrics = metrics
+        self._factory = backend_factory
+        self._backend = backend_factory(tasks)
+        self._missing: list[str] = list(tasks)
+        self._reload_lock = threading.Lock()
+
+    def reload(self) -> list[str]:
+        """Load every served task's champion afresh; returns the tasks without one."""
+        with self._reload_lock:
+            backend = self._factory(self.tasks)
+            missing = backend.load_all()
+            self._backend, self._missing = backend, missing
+            return missing
+
+    @property
+    def missing(self) -> list[str]:
+        return list(self._missing)
+
+    def champions(self) -> dict[str, object]:
+        return self._backend.loaded()
+
+    def champion(self, task: str):
+        """The loaded champion of `task`, or ModelUnavailableError saying why there is none."""
+        if task not in self.tasks:
+            raise ModelUnavailableError(
+                task, f"the service does not serve it (PERFCAST_TASKS={','.join(self.tasks)})"
+            )
+        champion = self._backend.loaded().get(task)
+        if champion is None:
+            raise ModelUnavailableError(task, missing_reason(task))
+        return champion
+
+    def predict(self, task: Task, rows: pd.DataFrame) -> pd.DataFrame:
+        champion = self.champion(task)
+        out = champion.predictor.predict_interval(rows)
+        if self.metrics is not None:
+            label = f"{champion.family}:v{champion.version}"
+            self.metrics.predictions.labels(task, label).inc(len(out))
+        return out

@@ -1,0 +1,1 @@
+"""One router per resource: predictions, decisions (recommend/allocate/place), models, health."""

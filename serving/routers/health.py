@@ -1,0 +1,38 @@
+"""`GET /healthz` (the process answers), `/readyz` (models loaded), `/metrics` (Prometheus)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Response
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from serving.dependencies import Models, get_metrics
+from serving.metrics import ServiceMetrics
+from serving.schemas import Health, Readiness
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/healthz", response_model=Health)
+def healthz() -> Health:
+    return Health(status="ok")
+
+
+@router.get(
+    "/readyz",
+    response_model=Readiness,
+    responses={503: {"model": Readiness, "description": "some served task has no model"}},
+)
+def readyz(models: Models) -> Response:
+    loaded = sorted(models.champions())
+    missing = [t for t in models.tasks if t not in loaded]
+    body = Readiness(ready=not missing, loaded=loaded, missing=missing)
+    return JSONResponse(body.model_dump(), status_code=503 if missing else 200)
+
+
+@router.get("/metrics", response_class=Response, responses={200: {"content": {"text/plain": {}}}})
+def metrics(service_metrics: Annotated[ServiceMetrics, Depends(get_metrics)]) -> Response:
+    body = generate_latest(service_metrics.registry)
+    return Response(body, media_type=CONTENT_TYPE_LATEST)

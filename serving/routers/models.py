@@ -1,0 +1,30 @@
+"""`GET /v1/models` and `POST /v1/models/reload`."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends
+from starlette.concurrency import run_in_threadpool
+
+from serving import service
+from serving.dependencies import Models, require_api_key
+from serving.schemas import ModelsResponse
+
+router = APIRouter(prefix="/v1/models", tags=["models"])
+
+
+@router.get("", response_model=ModelsResponse)
+def list_models(models: Models) -> ModelsResponse:
+    """Per task: model family, MLflow run and version, trained-at and validation metrics."""
+    return service.models_info(models)
+
+
+@router.post(
+    "/reload",
+    response_model=ModelsResponse,
+    dependencies=[Depends(require_api_key)],
+    responses={401: {"description": "PERFCAST_API_KEY is set and X-API-Key is wrong"}},
+)
+async def reload_models(models: Models) -> ModelsResponse:
+    """Load the current `champion` of every task from the MLflow registry."""
+    await run_in_threadpool(models.reload)
+    return service.models_info(models)

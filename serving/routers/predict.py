@@ -1,0 +1,24 @@
+"""`POST /v1/predict/{task}`: contract rows in, predictions with p10/p90 out."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from predictor.backend import Task
+from serving import service
+from serving.dependencies import Models
+from serving.schemas import PredictRequest, PredictResponse
+
+router = APIRouter(prefix="/v1/predict", tags=["predict"])
+
+ERRORS = {
+    422: {"description": "A row breaks the data contract (the detail names row and column)"},
+    503: {"description": "No model is loaded for the task (the detail says why)"},
+}
+
+
+@router.post("/{task}", response_model=PredictResponse, responses=ERRORS)
+def predict(task: Task, body: PredictRequest, models: Models) -> PredictResponse:
+    """Predict `task` for up to 10,000 rows (runtime: graph node rows, one answer per
+    sample_id)."""
+    return service.predict(models, task, body.rows)

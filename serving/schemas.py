@@ -1,0 +1,409 @@
+"""Request and response models of the HTTP API (and of the YAML files the CLI reads).
+
+Bounds keep every request's work finite: at most 10,000 rows per prediction and 10^6
+enumerated configurations per recommendation or allocation.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    FiniteFloat,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    model_validator,
+)
+
+from serving.settings import MAX_CANDIDATES, MAX_ROWS
+
+Scalar = StrictStr | StrictBool | StrictInt | FiniteFloat | None
+Row = dict[str, Scalar]
+Name = Annotated[str, Field(min_length=1, max_length=200)]
+GpuType = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_.\-]*$", max_length=64)]
+Positive = Annotated[FiniteFloat, Field(gt=0)]
+NonNegative = Annotated[FiniteFloat, Field(ge=0)]
+BatchSize = Annotated[int, Field(ge=1, le=2**20)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# ---- predictions -------------------------------------------------------------------------
+
+SCALING_ROW = {
+    "job": "resnet50",
+    "gpu_type": "v100",
+    "num_nodes": 1,
+    "num_gpus": 4,
+    "local_batch_size": 64,
+}
+
+
+class PredictRequest(_Model):
+    rows: Annotated[list[Row], Field(min_length=1, max_length=MAX_ROWS)] = Field(
+        description="Contract-table rows for the task (scaling, interference, graph or trace "
+        "columns), without the target columns. At most 10,000 rows.",
+    )
+
+    model_config = ConfigDict(
+        extra="forbid", json_schema_extra={"examples": [{"rows": [SCALING_ROW]}]}
+    )
+
+
+class ModelRef(_Model):
+    task: str
+    family: str
+    version: str
+    run_id: str
+
+
+class PredictResponse(_Model):
+    task: str
+    model: ModelRef
+    targets: list[str]
+    predictions: list[dict[str, float | str | None]] = Field(
+        description="One object per row (runtime: per sample_id, which it repeats) with "
+        "`<target>`, `<target>_p10` and `<target>_p90`; null where no prediction exists."
+    )
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "task": "scaling",
+                    "model": {
+                        "task": "scaling",
+                        "family": "gbm",
+                        "version": "1",
+                        "run_id": "014bff02c1f5",
+                    },
+                    "targets": ["step_time_s"],
+                    "predictions": [
+                        {"step_time_s": 0.52, "step_time_s_p10": 0.49, "step_time_s_p90": 0.56}
+                    ],
+                }
+            ]
+        }
+    )
+
+
+# ---- one job: recommend ----------------------------------------------------------------
+
+
+class GpuPoolIn(_Model):
+    gpu_type: GpuType
+    gpus_per_node: Annotated[int, Field(ge=1, le=64)]
+    nodes: Annotated[int, Field(ge=1, le=4096)]
+    price_per_gpu_hour: NonNegative | None = None
+
+
+class WorkIn(_Model):
+    """The job's total work: exactly one of `samples` or `iterations`."""
+
+    samples: Positive | None = None
+    iterations: Positive | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> WorkIn:
+        if (self.samples is None) == (self.iterations is None):
+            raise ValueError("give exactly one of samples or iterations")
+        return self
+
+
+class RecommendRequest(_Model):
+    job: Row = Field(
+        description="The job's contract columns other than the configuration: at least `job` "
+        "(workload name), plus e.g. `amp` and model features the predictor uses."
+    )
+    pools: Annotated[list[GpuPoolIn], Field(min_length=1, max_length=16)]
+    local_batch_sizes: Annotated[list[BatchSize], Field(min_length=1, max_length=64)]
+    objective: Literal["min_time", "min_cost", "max_throughput_per_gpu"] = "min_time"
+    work: WorkIn | None = None
+    deadline_s: Positive | None = None
+    max_cost: NonNegative | None = None
+    gpu_counts: Annotated[list[Annotated[int, Field(ge=1, le=2**18)]], Field(max_length=1024)] = (
+        Field(default=None, description="GPU counts to consider (default: every count)")
+    )
+    top_k: Annotated[int, Field(ge=1, le=50)] = 5
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "job": {"job": "resnet50"},
+                    "pools": [
+                        {
+                            "gpu_type": "v100",
+                            "gpus_per_node": 8,
+                            "nodes": 2,
+                            "price_per_gpu_hour": 2.48,
+                        }
+                    ],
+                    "local_batch_sizes": [32, 64],
+                    "objective": "min_time",
+                    "work": {"iterations": 10000},
+                    "top_k": 3,
+                }
+            ]
+        },
+    )
+
+    @model_validator(mode="after")
+    def _bounded(self) -> RecommendRequest:
+        if "job" not in self.job or not isinstance(self.job["job"], str) or not self.job["job"]:
+            raise ValueError("job needs a non-empty string 'job' (the workload name)")
+        if len({p.gpu_type for p in self.pools}) != len(self.pools):
+            raise ValueError("each gpu_type may appear in only one pool")
+        sizes = len(set(self.local_batch_sizes))
+        total = sizes * sum(_pool_candidates(p, self.gpu_counts) for p in self.pools)
+        if total > MAX_CANDIDATES:
+            raise ValueError(
+                f"the search space has {total} configurations, over the limit of "
+                f"{MAX_CANDIDATES}; give fewer nodes, gpu_counts or local_batch_sizes"
+            )
+        return self
+
+
+def _pool_candidates(pool: GpuPoolIn, gpu_counts: list[int] | None) -> int:
+    """Upper bound on the (GPU count, node count) pairs the optimizer enumerates for a pool."""
+    per_node, nodes = pool.gpus_per_node, pool.nodes
+    if gpu_counts is not None:
+        return (len(set(gpu_counts)) + 1) * nodes
+    return (per_node - 1) * nodes * (nodes + 1) // 2 + nodes
+
+
+class Interval(_Model):
+    value: float | None
+    p10: float | None
+    p90: float | None
+
+
+class ConfigOut(_Model):
+    rank: int
+    gpu_type: str
+    num_nodes: int
+    num_gpus: int
+    placement: str | None = Field(description="GPUs per node as digits; null over 9 per node")
+    local_batch_size: int
+    global_batch_size: int
+    step_time_s: Interval
+    throughput: Interval = Field(description="samples/s")
+    throughput_per_gpu: float | None
+    scaling_efficiency: float | None = Field(
+        description="throughput per GPU ÷ the same job's throughput on one GPU (1.0: perfect)"
+    )
+    total_time_s: Interval
+    cost: Interval
+    reason: str
+
+
+class RecommendResponse(_Model):
+    objective: str
+    candidates: int
+    unpredicted: int
+    infeasible: int
+    notes: list[str]
+    model: ModelRef
+    top: list[ConfigOut]
+
+
+# ---- many jobs: allocate -------------------------------------------------------------------
+
+
+class ThroughputPoint(_Model):
+    num_gpus: Annotated[int, Field(ge=1, le=2**18)]
+    batch_size: BatchSize = Field(description="global batch size")
+    samples_per_s: NonNegative
+
+
+class AllocateJob(_Model):
+    """A job's throughput either given (`throughput`) or predicted with the scaling model from
+    `job` on `gpu_type` for each local batch size in `local_batch_sizes`."""
+
+    job_id: Name
+    min_gpus: Annotated[int, Field(ge=0, le=2**18)] = 0
+    max_gpus: Annotated[int, Field(ge=1, le=2**18)] | None = None
+    weight: Positive = 1.0
+    throughput: Annotated[list[ThroughputPoint], Field(min_length=1, max_length=10_000)] | None = (
+        None
+    )
+    job: Row | None = None
+    gpu_type: GpuType | None = None
+    local_batch_sizes: Annotated[list[BatchSize], Field(min_length=1, max_length=64)] | None = None
+    gpus_per_node: Annotated[int, Field(ge=1, le=64)] = 8
+
+    @model_validator(mode="after")
+    def _one_source(self) -> AllocateJob:
+        if (self.throughput is None) == (self.job is None):
+            raise ValueError("give exactly one of throughput (known) or job (to predict)")
+        if self.job is not None:
+            if not isinstance(self.job.get("job"), str) or not self.job["job"]:
+                raise ValueError("job needs a non-empty string 'job' (the workload name)")
+            if self.gpu_type is None or self.local_batch_sizes is None:
+                raise ValueError("a predicted job needs gpu_type and local_batch_sizes")
+        if self.max_gpus is not None and self.max_gpus < self.min_gpus:
+            raise ValueError("max_gpus must be >= min_gpus")
+        return self
+
+
+class AllocateRequest(_Model):
+    total_gpus: Annotated[int, Field(ge=0, le=65_536)]
+    jobs: Annotated[list[AllocateJob], Field(min_length=1, max_length=10_000)]
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "total_gpus": 8,
+                    "jobs": [
+                        {
+                            "job_id": "a",
+                            "throughput": [
+                                {"num_gpus": 1, "batch_size": 64, "samples_per_s": 100},
+                                {"num_gpus": 2, "batch_size": 128, "samples_per_s": 190},
+                            ],
+                        },
+                        {
+                            "job_id": "b",
+                            "job": {"job": "resnet50"},
+                            "gpu_type": "v100",
+                            "local_batch_sizes": [32, 64],
+                            "max_gpus": 8,
+                        },
+                    ],
+                }
+            ]
+        },
+    )
+
+    @model_validator(mode="after")
+    def _bounded(self) -> AllocateRequest:
+        rows = sum(
+            min(j.max_gpus or self.total_gpus, self.total_gpus) * len(j.local_batch_sizes or [])
+            for j in self.jobs
+        )
+        if rows > MAX_CANDIDATES:
+            raise ValueError(
+                f"predicting these jobs needs {rows} configurations, over the limit of "
+                f"{MAX_CANDIDATES}; give max_gpus or fewer local_batch_sizes"
+            )
+        return self
+
+
+class JobAllocation(_Model):
+    job_id: str
+    num_gpus: int
+    batch_size: int = Field(description="global batch size; 0 when the job gets no GPU")
+    samples_per_s: float | None = Field(description="its (predicted) throughput there")
+
+
+class AllocateResponse(_Model):
+    total_gpus: int
+    used_gpus: int
+    total_throughput: float = Field(description="sum of the jobs' samples/s")
+    weighted_throughput: float
+    predicted_jobs: int = Field(description="jobs whose throughput came from the scaling model")
+    allocations: list[JobAllocation]
+
+
+# ---- placement ---------------------------------------------------------------------------
+
+
+class NodeIn(_Model):
+    name: Name
+    gpu_type: GpuType
+    gpus: Annotated[int, Field(ge=1, le=64)]
+    gpu_memory_mb: Positive
+
+
+class PlaceJobIn(_Model):
+    job_id: Name
+    features: Row = Field(description="contract columns: at least `job` and `local_batch_size`")
+    num_gpus: Annotated[int, Field(ge=1, le=4096)]
+    persistent_mem_mb: NonNegative = 0.0
+    ephemeral_mem_mb: NonNegative = 0.0
+
+
+class PlaceRequest(_Model):
+    nodes: Annotated[list[NodeIn], Field(min_length=1, max_length=1024)]
+    jobs: Annotated[list[PlaceJobIn], Field(min_length=1, max_length=1000)]
+    spread_tolerance: Annotated[FiniteFloat, Field(ge=0, le=10)] = 0.05
+    allow_sharing: bool = True
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "nodes": [
+                        {"name": "n0", "gpu_type": "v100", "gpus": 4, "gpu_memory_mb": 16384}
+                    ],
+                    "jobs": [
+                        {
+                            "job_id": "j1",
+                            "num_gpus": 2,
+                            "features": {"job": "resnet50", "local_batch_size": 64},
+                        }
+                    ],
+                }
+            ]
+        },
+    )
+
+
+class GpuRef(_Model):
+    node: str
+    gpu: int
+
+
+class AssignmentOut(_Model):
+    job_id: str
+    gpus: list[GpuRef]
+    shares_with: str | None
+    reason: str
+
+
+class WaitingOut(_Model):
+    job_id: str
+    reason: str
+
+
+class PlaceResponse(_Model):
+    assignments: list[AssignmentOut]
+    waiting: list[WaitingOut]
+
+
+# ---- models and health -------------------------------------------------------------------
+
+
+class ModelInfo(_Model):
+    task: str
+    loaded: bool
+    family: str | None = None
+    version: str | None = None
+    run_id: str | None = None
+    trained_at: str | None = None
+    metrics: dict[str, float | None] = Field(default_factory=dict)
+    reason: str | None = Field(default=None, description="why no model is loaded")
+
+
+class ModelsResponse(_Model):
+    models: list[ModelInfo]
+
+
+class Health(_Model):
+    status: Literal["ok"]
+
+
+class Readiness(_Model):
+    ready: bool
+    loaded: list[str]
+    missing: list[str]

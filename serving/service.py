@@ -1,0 +1,215 @@
+"""What each endpoint (and each CLI command) does: request model in, domain call, response
+model out. The HTTP routes and `perfcast recommend|allocate|place` both call these."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from perfcast.errors import PerfcastError
+from predictor.backend import TASK_TABLES, PredictionBackend
+from scheduler.optimizer import configs, elastic, placement
+from serving import schemas
+from serving.models import ServedModels, missing_reason
+
+
+def model_ref(models: ServedModels, task: str) -> schemas.ModelRef:
+    c = models.champion(task)
+    return schemas.ModelRef(task=task, family=c.family, version=c.version, run_id=c.run_id)
+
+
+def _finite_or_none(frame: pd.DataFrame) -> list[dict[str, object]]:
+    """Records for JSON: NaN and infinities become null (JSON has no NaN)."""
+    numeric = frame.select_dtypes("number").columns
+    clean = frame.astype(object)
+    bad = ~np.isfinite(frame[numeric].to_numpy(dtype=float))
+    clean[list(numeric)] = clean[list(numeric)].mask(bad, None)
+    return clean.to_dict("records")
+
+
+def predict(models: ServedModels, task: str, rows: list[dict]) -> schemas.PredictResponse:
+    ref = model_ref(models, task)  # 503 before any work when there is no model
+    out = models.predict(task, pd.DataFrame.from_records(rows))
+    if task == "runtime":
+        out = out.reset_index()  # one prediction per sample_id: say which
+    return schemas.PredictResponse(
+        task=task,
+        model=ref,
+        targets=list(TASK_TABLES[task][1]),
+        predictions=_finite_or_none(out),
+    )
+
+
+def _num(value: object) -> float | None:
+    x = float(value)
+    return x if math.isfinite(x) else None
+
+
+def _interval(row: pd.Series, name: str) -> schemas.Interval:
+    return schemas.Interval(
+        value=_num(row[name]), p10=_num(row[f"{name}_p10"]), p90=_num(row[f"{name}_p90"])
+    )
+
+
+def recommend(
+    models: ServedModels, req: schemas.RecommendRequest, backend: PredictionBackend | None = None
+) -> schemas.RecommendResponse:
+    ref = model_ref(models, "scaling")
+    work = configs.Work(**req.work.model_dump()) if req.work else None
+    result = configs.recommend(
+        req.job,
+        [configs.GpuPool(**p.model_dump()) for p in req.pools],
+        backend or models,
+        local_batch_sizes=req.local_batch_sizes,
+        objective=req.objective,
+        work=work,
+        deadline_s=req.deadline_s,
+        max_cost=req.max_cost,
+        gpu_counts=req.gpu_counts,
+        top_k=req.top_k,
+    )
+    top = [
+        schemas.ConfigOut(
+            rank=rank,
+            gpu_type=str(row["gpu_type"]),
+            num_nodes=int(row["num_nodes"]),
+            num_gpus=int(row["num_gpus"]),
+            placement=None if pd.isna(row["placement"]) else str(row["placement"]),
+            local_batch_size=int(row["local_batch_size"]),
+            global_batch_size=int(row["global_batch_size"]),
+            step_time_s=_interval(row, "step_time_s"),
+            throughput=_interval(row, "throughput"),
+            throughput_per_gpu=_num(row["throughput_per_gpu"]),
+            scaling_efficiency=_num(row["scaling_efficiency"]),
+            total_time_s=_interval(row, "total_time_s"),
+            cost=_interval(row, "cost"),
+            reason=str(row["reason"]),
+        )
+        for rank, (_, row) in enumerate(result.top.iterrows(), start=1)
+    ]
+    return schemas.RecommendResponse(
+        objective=result.objective,
+        candidates=result.candidates,
+        unpredicted=result.unpredicted,
+        infeasible=result.infeasible,
+        notes=result.notes,
+        model=ref,
+        top=top,
+    )
+
+
+def _predicted_throughputs(
+    jobs: list[schemas.AllocateJob], total_gpus: int, backend: PredictionBackend
+) -> dict[str, dict[tuple[int, int], float]]:
+    """Samples/s per (GPU count, global batch) of every job to predict, in one backend call.
+    GPUs go on as few nodes as possible, spread evenly."""
+    rows, owners = [], []
+    for job in jobs:
+        high = min(job.max_gpus or total_gpus, total_gpus)
+        for gpus in range(max(job.min_gpus, 1), high + 1):
+            nodes = math.ceil(gpus / job.gpus_per_node)
+            for size in job.local_batch_sizes or []:
+                q, r = divmod(gpus, nodes)
+                spread = None if q + (r > 0) > 9 else str(q + 1) * r + str(q) * (nodes - r)
+                rows.append(
+                    {**job.job, "gpu_type": job.gpu_type, "num_gpus": gpus, "num_nodes": nodes,
+                     "placement": spread, "local_batch_size": size}
+                )  # fmt: skip
+                owners.append(job.job_id)
+    tables: dict[str, dict[tuple[int, int], float]] = {j.job_id: {} for j in jobs}
+    if not rows:
+        return tables
+    frame = pd.DataFrame(rows)
+    step = backend.predict("scaling", frame)["step_time_s"].to_numpy(dtype=float)
+    global_batch = (frame["num_gpus"] * frame["local_batch_size"]).to_numpy()
+    rate = global_batch / step
+    for owner, gpus, batch, r in zip(owners, frame["num_gpus"], global_batch, rate, strict=True):
+        if math.isfinite(r) and r >= 0:
+            tables[owner][(int(gpus), int(batch))] = float(r)
+    return tables
+
+
+def allocate(
+    models: ServedModels, req: schemas.AllocateRequest, backend: PredictionBackend | None = None
+) -> schemas.AllocateResponse:
+    ids = [j.job_id for j in req.jobs]
+    if len(set(ids)) != len(ids):
+        raise PerfcastError(f"job_id {next(i for i in ids if ids.count(i) > 1)!r} repeats")
+    to_predict = [j for j in req.jobs if j.job is not None]
+    predicted = (
+        _predicted_throughputs(to_predict, req.total_gpus, backend or models) if to_predict else {}
+    )
+    jobs = []
+    for job in req.jobs:
+        table = predicted.get(job.job_id) or {}
+        if job.throughput is not None:
+            table = {(p.num_gpus, p.batch_size): p.samples_per_s for p in job.throughput}
+        jobs.append(elastic.ElasticJob(job.job_id, table, job.min_gpus, job.max_gpus, job.weight))
+    chosen = elastic.allocate(jobs, req.total_gpus)
+    allocations, total, weighted = [], 0.0, 0.0
+    for job in jobs:
+        gpus, batch = chosen[job.job_id]
+        rate = job.throughput.get((gpus, batch)) if gpus else 0.0
+        total += rate or 0.0
+        weighted += (rate or 0.0) * job.weight
+        allocations.append(
+            schemas.JobAllocation(
+                job_id=job.job_id, num_gpus=gpus, batch_size=batch, samples_per_s=rate
+            )
+        )
+    return schemas.AllocateResponse(
+        total_gpus=req.total_gpus,
+        used_gpus=sum(a.num_gpus for a in allocations),
+        total_throughput=total,
+        weighted_throughput=weighted,
+        predicted_jobs=len(to_predict),
+        allocations=allocations,
+    )
+
+
+def place(
+    models: ServedModels, req: schemas.PlaceRequest, backend: PredictionBackend | None = None
+) -> schemas.PlaceResponse:
+    plan = placement.place(
+        [placement.PlacementJob(**j.model_dump()) for j in req.jobs],
+        [placement.Node(**n.model_dump()) for n in req.nodes],
+        backend or models,
+        spread_tolerance=req.spread_tolerance,
+        allow_sharing=req.allow_sharing,
+    )
+    return schemas.PlaceResponse(
+        assignments=[
+            schemas.AssignmentOut(
+                job_id=a.job_id,
+                gpus=[schemas.GpuRef(node=n, gpu=g) for n, g in a.gpus],
+                shares_with=a.shares_with,
+                reason=a.reason,
+            )
+            for a in plan.assignments.values()
+        ],
+        waiting=[schemas.WaitingOut(job_id=j, reason=r) for j, r in plan.waiting.items()],
+    )
+
+
+def models_info(models: ServedModels) -> schemas.ModelsResponse:
+    loaded = models.champions()
+    infos = []
+    for task in models.tasks:
+        c = loaded.get(task)
+        if c is None:
+            infos.append(schemas.ModelInfo(task=task, loaded=False, reason=missing_reason(task)))
+            continue
+        infos.append(
+            schemas.ModelInfo(
+                task=task,
+                loaded=True,
+                family=c.family,
+                version=c.version,
+                run_id=c.run_id,
+                trained_at=c.trained_at,
+                metrics={k: _num(v) for k, v in c.metrics.items()},
+            )
+        )
+    return schemas.ModelsResponse(models=infos)
