@@ -56,7 +56,7 @@ def test_candidates_cover_every_even_spread_exactly_once() -> None:
     }
     keys = list(zip(got["num_gpus"], got["num_nodes"], got["local_batch_size"], strict=True))
     assert len(keys) == len(set(keys)) == len(expected) and set(keys) == expected
-    per_node = got["placement"].map(lambda p: [int(c) for c in p])
+    per_node = got["placement"].astype(str).map(lambda p: [int(c) for c in p])
     assert (per_node.map(sum) == got["num_gpus"]).all()
     assert (per_node.map(len) == got["num_nodes"]).all()
     assert (per_node.map(lambda d: max(d) - min(d)) <= 1).all()

@@ -21,6 +21,7 @@ from typing import Literal
 
 import numpy as np
 import pandas as pd
+from pandas.api.types import union_categoricals
 
 from perfcast.errors import PerfcastError
 from predictor.backend import PredictionBackend
@@ -107,7 +108,9 @@ def enumerate_candidates(
     if len(set(types)) != len(types):
         raise PerfcastError("each gpu_type may appear in only one pool")
     frames = [_pool_candidates(pool, sizes, wanted) for pool in pools]
-    candidates = pd.concat(frames, ignore_index=True)
+    placement = union_categoricals([f["placement"] for f in frames])
+    candidates = pd.concat([f.drop(columns="placement") for f in frames], ignore_index=True)
+    candidates.insert(3, "placement", placement)
     for name, value in job.items():
         candidates[name] = value
     return candidates
@@ -122,6 +125,9 @@ def _pool_candidates(pool: GpuPool, sizes: np.ndarray, wanted: np.ndarray | None
     fits = (spread <= gpus) & (gpus <= spread * per_node)
     gpus, spread = gpus[fits], spread[fits]
     placements = [_even_placement(int(g), int(k)) for g, k in zip(gpus, spread, strict=True)]
+    # each (GPUs, nodes) has its own placement string; code -1 is a missing placement
+    known = np.array([p is not None for p in placements], dtype=bool)
+    codes = np.where(known, np.cumsum(known) - 1, -1)
     rows = len(gpus)
     in_search = np.ones(rows, bool) if wanted is None else np.isin(gpus, wanted)
     return pd.DataFrame(
@@ -129,7 +135,10 @@ def _pool_candidates(pool: GpuPool, sizes: np.ndarray, wanted: np.ndarray | None
             "gpu_type": pool.gpu_type,
             "num_nodes": np.repeat(spread, sizes.size),
             "num_gpus": np.repeat(gpus, sizes.size),
-            "placement": pd.array(np.repeat(np.array(placements, dtype=object), sizes.size)),
+            # categorical: one string per (GPUs, nodes), not one per row (10^6 rows stay cheap)
+            "placement": pd.Categorical.from_codes(
+                np.repeat(codes, sizes.size), categories=[p for p in placements if p]
+            ),
             "local_batch_size": np.tile(sizes, rows),
             "in_search": np.repeat(in_search, sizes.size),
             "price_per_gpu_hour": np.nan
@@ -257,6 +266,7 @@ def recommend(
         columns, ascending = columns[1:], ascending[1:]
     top = feasible.sort_values(columns, ascending=ascending, kind="stable").head(top_k)
     top = top.drop(columns=["in_search"]).reset_index(drop=True)
+    top["placement"] = top["placement"].astype("string")
     top["reason"] = _reasons(top, scored, objective, deadline_s, max_cost)
     return Recommendation(
         top=top,
