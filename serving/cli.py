@@ -1,0 +1,188 @@
+"""`perfcast serve`, and `perfcast recommend|allocate|place FILE.yaml`: the service's decisions
+from the command line, through the same code (in-process, or a running service with --server)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+import yaml
+from pydantic import BaseModel, ValidationError
+from rich.console import Console
+from rich.table import Table
+
+from perfcast.errors import PerfcastError
+from predictor.backend import TASKS
+from serving import schemas, service
+
+app = typer.Typer()
+console = Console()
+err_console = Console(stderr=True)
+
+SERVER_HELP = "URL of a running perfcast service to ask instead of loading models here."
+JSON_HELP = "Print the JSON answer (the same as the HTTP API's) instead of a table."
+
+
+@app.command()
+def serve(
+    host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
+    tasks: Annotated[str, typer.Option(help="Comma-separated tasks to serve.")] = ",".join(TASKS),
+    train_missing: Annotated[
+        bool, typer.Option(help="Train and register the default model of tasks without one.")
+    ] = True,
+    log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
+) -> None:
+    """Serve predictions and recommendations over HTTP (OpenAPI docs at /docs).
+
+    Models are the MLflow registry's `champion` of each task; a task without one gets the
+    default model trained from the shipped public data first (say --no-train-missing to skip).
+    """
+    import uvicorn
+
+    from serving.app import create_app
+    from serving.settings import Settings
+    from training.trainer import ensure_champions
+
+    served = tuple(t.strip() for t in tasks.split(",") if t.strip())
+    unknown = [t for t in served if t not in TASKS]
+    if unknown:
+        raise PerfcastError(f"unknown task(s) {', '.join(unknown)}; expected some of {TASKS}")
+    if train_missing:
+        with err_console.status("checking champion models ..."):
+            ensure_champions(list(served), echo=err_console.print)
+    settings = Settings.from_env()
+    settings = Settings(settings.api_key, settings.max_body_bytes, served)
+    with err_console.status("loading models ..."):
+        api = create_app(settings)
+    missing = api.state.models.missing
+    if missing:
+        err_console.print(f"[yellow]no model for {', '.join(missing)}: those answer 503[/]")
+    err_console.print(f"perfcast serving on http://{host}:{port} (docs: /docs)")
+    uvicorn.run(api, host=host, port=port, log_level=log_level, access_log=False)
+
+
+def _read(path: Path, model: type[BaseModel]) -> BaseModel:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as err:
+        raise PerfcastError(f"cannot read {path}: {err.strerror}") from None
+    except yaml.YAMLError as err:
+        raise PerfcastError(f"{path} is not valid YAML: {err}") from None
+    try:
+        return model.model_validate(data)
+    except ValidationError as err:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or '(top level)'}: {e['msg']}"
+            for e in err.errors()[:5]
+        )
+        raise PerfcastError(f"{path}: {problems}") from None
+
+
+def _answer(
+    request: BaseModel, endpoint: str, response: type[BaseModel], server: str | None
+) -> BaseModel:
+    """The service's answer: from a running server, or computed here with the champions."""
+    if server:
+        from serving.client import PerfcastClient
+
+        with PerfcastClient(server) as client:
+            body = getattr(client, endpoint)(request.model_dump(mode="json", exclude_none=True))
+        return response.model_validate(body)
+    from serving.models import ServedModels
+
+    tasks = ("scaling", "interference") if endpoint == "place" else ("scaling",)
+    with err_console.status("loading models ..."):
+        models = ServedModels(tasks)
+        models.reload()
+    return getattr(service, endpoint)(models, request)
+
+
+def _num(value: float | None, fmt: str = ".3g") -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+@app.command()
+def recommend(
+    job_file: Annotated[Path, typer.Argument(metavar="JOB.yaml", help="The job and its options.")],
+    server: Annotated[str | None, typer.Option(help=SERVER_HELP)] = None,
+    as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
+) -> None:
+    """The best configurations of one job (see examples/job.yaml; fields as POST
+    /v1/recommend): GPU type, GPUs, nodes, local batch size, with predicted step time,
+    throughput, scaling efficiency, total time, cost and a reason each."""
+    request = _read(job_file, schemas.RecommendRequest)
+    answer = _answer(request, "recommend", schemas.RecommendResponse, server)
+    if as_json:
+        print(answer.model_dump_json(indent=2))
+        return
+    table = Table(title=f"{request.job['job']}: {answer.objective}, {answer.candidates} candidates")
+    for column in ("#", "GPUs", "nodes", "local batch", "step s (p10-p90)", "samples/s",
+                   "efficiency", "time s", "cost $"):  # fmt: skip
+        table.add_column(column, justify="right")
+    for c in answer.top:
+        table.add_row(
+            str(c.rank),
+            f"{c.num_gpus}×{c.gpu_type}",
+            str(c.num_nodes),
+            str(c.local_batch_size),
+            f"{_num(c.step_time_s.value)} ({_num(c.step_time_s.p10)}-{_num(c.step_time_s.p90)})",
+            _num(c.throughput.value, ".0f"),
+            _num(c.scaling_efficiency, ".0%"),
+            _num(c.total_time_s.value, ".0f"),
+            _num(c.cost.value, ".2f"),
+        )
+    console.print(table)
+    for c in answer.top:
+        console.print(f"{c.rank}. {c.reason}", highlight=False)
+    for note in answer.notes:
+        console.print(f"[yellow]note:[/] {note}")
+
+
+@app.command()
+def allocate(
+    jobs_file: Annotated[
+        Path, typer.Argument(metavar="JOBS.yaml", help="The cluster's GPUs and the jobs.")
+    ],
+    server: Annotated[str | None, typer.Option(help=SERVER_HELP)] = None,
+    as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
+) -> None:
+    """GPUs and batch size for many elastic jobs, maximizing total weighted throughput (see
+    examples/jobs.yaml; fields as POST /v1/allocate). Throughputs are given or predicted."""
+    request = _read(jobs_file, schemas.AllocateRequest)
+    answer = _answer(request, "allocate", schemas.AllocateResponse, server)
+    if as_json:
+        print(answer.model_dump_json(indent=2))
+        return
+    table = Table(
+        title=f"{answer.used_gpus} of {answer.total_gpus} GPUs, "
+        f"{answer.total_throughput:.0f} samples/s in total"
+    )
+    for column in ("job", "GPUs", "global batch", "samples/s"):
+        table.add_column(column, justify="right")
+    for a in answer.allocations:
+        table.add_row(a.job_id, str(a.num_gpus), str(a.batch_size), _num(a.samples_per_s, ".0f"))
+    console.print(table)
+
+
+@app.command()
+def place(
+    cluster_file: Annotated[
+        Path, typer.Argument(metavar="CLUSTER.yaml", help="The nodes and the jobs to place.")
+    ],
+    server: Annotated[str | None, typer.Option(help=SERVER_HELP)] = None,
+    as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
+) -> None:
+    """Nodes and GPUs for jobs in priority order, sharing a GPU only when predicted to pay
+    (see examples/cluster.yaml; fields as POST /v1/place)."""
+    request = _read(cluster_file, schemas.PlaceRequest)
+    answer = _answer(request, "place", schemas.PlaceResponse, server)
+    if as_json:
+        print(answer.model_dump_json(indent=2))
+        return
+    for a in answer.assignments:
+        gpus = ", ".join(f"{g.node}:{g.gpu}" for g in a.gpus)
+        console.print(f"[bold]{a.job_id}[/] -> {gpus}: {a.reason}", highlight=False)
+    for w in answer.waiting:
+        console.print(f"[yellow]{w.job_id} waits[/]: {w.reason}", highlight=False)

@@ -1,0 +1,172 @@
+"""`PerfcastClient`: the prediction service over HTTP, as a `PredictionBackend`.
+
+`PerfcastClient(url).predict(task, rows)` answers exactly like the in-process backend (same
+columns, same index: one row per input row, or per `sample_id` for runtime), so a scheduler
+switches between in-process and HTTP predictions with one setting. Large frames are sent in
+requests of at most 10,000 rows (runtime: whole samples per request).
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import httpx
+import pandas as pd
+
+from perfcast.errors import ContractError, PerfcastError
+from predictor.backend import TASK_TABLES, Task
+from serving.models import ModelUnavailableError
+from serving.settings import MAX_ROWS
+
+
+class ServiceError(PerfcastError):
+    """The service refused a request or could not be reached."""
+
+
+class PerfcastClient:
+    def __init__(
+        self,
+        base_url: str = "http://127.0.0.1:8000",
+        *,
+        api_key: str | None = None,
+        timeout: float = 60.0,
+        http: httpx.Client | None = None,
+        max_rows: int = MAX_ROWS,
+    ) -> None:
+        """`http` replaces the underlying httpx client (tests pass a TestClient)."""
+        headers = {"X-API-Key": api_key} if api_key else {}
+        self.base_url = base_url.rstrip("/")
+        self.max_rows = max_rows
+        self._http = http or httpx.Client(base_url=self.base_url, timeout=timeout)
+        self._http.headers.update(headers)
+
+    def __enter__(self) -> PerfcastClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    # -- PredictionBackend ---------------------------------------------------------------
+
+    def predict(self, task: Task, rows: pd.DataFrame) -> pd.DataFrame:
+        if task not in TASK_TABLES:
+            raise PerfcastError(f"unknown task {task!r}; expected one of {', '.join(TASK_TABLES)}")
+        if rows.empty:
+            raise ContractError(f"no rows to predict for task {task}")
+        rows = rows.reset_index(drop=True)
+        parts = [
+            self._predict_chunk(task, rows.iloc[start:stop], start)
+            for start, stop in self._chunks(task, rows)
+        ]
+        out = pd.concat(parts, ignore_index=True)
+        if task == "runtime":
+            return out.set_index("sample_id")
+        return out
+
+    def _chunks(self, task: str, rows: pd.DataFrame) -> list[tuple[int, int]]:
+        if task != "runtime":
+            return [
+                (s, min(s + self.max_rows, len(rows))) for s in range(0, len(rows), self.max_rows)
+            ]
+        # whole samples per request: cut only where the sample_id changes
+        starts = rows.index[rows["sample_id"].ne(rows["sample_id"].shift())].tolist()
+        bounds = [*starts, len(rows)]
+        chunks, begin = [], 0
+        for previous, end in itertools.pairwise(bounds):
+            if end - begin > self.max_rows and previous > begin:
+                chunks.append((begin, previous))
+                begin = previous
+        chunks.append((begin, len(rows)))
+        return chunks
+
+    def _predict_chunk(self, task: str, rows: pd.DataFrame, offset: int) -> pd.DataFrame:
+        body = '{"rows":' + rows.to_json(orient="records") + "}"
+        answer = self._request(
+            "POST", f"/v1/predict/{task}", content=body, row_offset=offset, task=task
+        )
+        out = pd.DataFrame.from_records(answer["predictions"])
+        columns = [c for c in out.columns if c != "sample_id"]
+        out[columns] = out[columns].astype(float)  # null (no prediction) -> NaN
+        return out
+
+    # -- the rest of the API -------------------------------------------------------------
+
+    def recommend(self, request: dict[str, Any]) -> dict[str, Any]:
+        return self._request("POST", "/v1/recommend", json=request)
+
+    def allocate(self, request: dict[str, Any]) -> dict[str, Any]:
+        return self._request("POST", "/v1/allocate", json=request)
+
+    def place(self, request: dict[str, Any]) -> dict[str, Any]:
+        return self._request("POST", "/v1/place", json=request)
+
+    def models(self) -> dict[str, Any]:
+        return self._request("GET", "/v1/models")
+
+    def reload(self) -> dict[str, Any]:
+        return self._request("POST", "/v1/models/reload")
+
+    def ready(self) -> bool:
+        try:
+            return self._http.get("/readyz").status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def _request(
+        self, method: str, path: str, *, row_offset: int = 0, task: str = "", **kwargs: Any
+    ) -> Any:
+        if "content" in kwargs:
+            kwargs["headers"] = {"Content-Type": "application/json"}
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except httpx.HTTPError as err:
+            raise ServiceError(
+                f"cannot reach the perfcast service at {self.base_url} ({err}); "
+                "start it with `perfcast serve`"
+            ) from None
+        if response.status_code < 400:
+            return response.json()
+        try:
+            detail = response.json().get("detail")
+        except ValueError:
+            detail = response.text
+        if response.status_code == 503 and task:
+            reason = response.json().get("reason", str(detail))
+            raise ModelUnavailableError(task, reason)
+        if (
+            response.status_code == 422
+            and isinstance(detail, list)
+            and path.startswith("/v1/predict")
+        ):
+            raise _contract_error(detail, row_offset)
+        raise ServiceError(f"{method} {path} answered {response.status_code}: {_text(detail)}")
+
+
+def _text(detail: object) -> str:
+    if isinstance(detail, list):
+        return "; ".join(
+            f"{'.'.join(str(p) for p in d.get('loc', []))}: {d.get('msg')}"
+            if isinstance(d, dict)
+            else str(d)
+            for d in detail
+        )
+    return str(detail)
+
+
+def _contract_error(detail: list, row_offset: int) -> ContractError:
+    """The service's 422 as a ContractError like the in-process backend's; `row` counts from 1
+    in the caller's whole frame (the message counts within the request that failed)."""
+    first = detail[0] if detail and isinstance(detail[0], dict) else {}
+    loc = first.get("loc", [])
+    row = next((p for p in loc[2:] if isinstance(p, int)), None)
+    message = str(first.get("msg", _text(detail)))
+    if row_offset:
+        message += f" (in the request starting at row {row_offset + 1})"
+    err = ContractError(message, details=[_text([d]) for d in detail[1:]])
+    err.row = None if row is None else row + row_offset + 1
+    err.column = next((p for p in loc[2:] if isinstance(p, str)), None)
+    return err
