@@ -10,6 +10,7 @@ from scheduler.core.loop import (
     Allocation,
     JobPlacement,
     RoundContext,
+    Schedule,
     SchedulingLoop,
     SchedulingPolicy,
 )
@@ -32,6 +33,7 @@ __all__ = [
     "Resize",
     "RoundContext",
     "Run",
+    "Schedule",
     "SchedulingLoop",
     "SchedulingPolicy",
     "Suspend",

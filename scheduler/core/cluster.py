@@ -108,6 +108,18 @@ class ClusterState:
         self.free_per_node: list[int] = list(self.node_size)
         self.free_gpus = sum(self.node_size)
         self.placements = 0  # (job, GPU) pairs: a GPU shared by two jobs counts twice
+        # best-fit index: gpu type -> free count -> nodes with exactly that many free GPUs
+        self._by_free: dict[str, list[set[int]]] = {}
+        for node, (size, gpu_type) in enumerate(zip(self.node_size, self.node_type, strict=True)):
+            buckets = self._by_free.setdefault(gpu_type, [])
+            buckets += [set() for _ in range(size + 1 - len(buckets))]
+            buckets[size].add(node)
+
+    def _move(self, node: int, delta: int) -> None:
+        buckets = self._by_free[self.node_type[node]]
+        buckets[self.free_per_node[node]].discard(node)
+        self.free_per_node[node] += delta
+        buckets[self.free_per_node[node]].add(node)
 
     @property
     def num_nodes(self) -> int:
@@ -133,7 +145,7 @@ class ClusterState:
         for node, gpu in slots:
             occ = self.occupants[node][gpu]
             if not occ:
-                self.free_per_node[node] -= 1
+                self._move(node, -1)
                 self.free_gpus -= 1
             occ.append(job_id)
         self.placements += len(slots)
@@ -143,7 +155,7 @@ class ClusterState:
             occ = self.occupants[node][gpu]
             occ.remove(job_id)
             if not occ:
-                self.free_per_node[node] += 1
+                self._move(node, +1)
                 self.free_gpus += 1
         self.placements -= len(slots)
 
@@ -156,6 +168,17 @@ class ClusterState:
         is not used."""
         if num_gpus <= 0:
             return ()
+        best: tuple[int, int] | None = None  # (free GPUs, node) of the best-fitting node
+        for t in [gpu_type] if gpu_type is not None else list(self._by_free):
+            buckets = self._by_free.get(t, [])
+            for free in range(num_gpus, len(buckets)):
+                nodes = buckets[free] - {exclude} if exclude in buckets[free] else buckets[free]
+                if nodes:
+                    if best is None or (free, min(nodes)) < best:
+                        best = (free, min(nodes))
+                    break
+        if best is not None:
+            return tuple(self.free_slots(best[1])[:num_gpus])
         candidates = [
             n
             for n, free in enumerate(self.free_per_node)
@@ -163,10 +186,6 @@ class ClusterState:
         ]
         if sum(self.free_per_node[n] for n in candidates) < num_gpus:
             return None
-        fitting = [n for n in candidates if self.free_per_node[n] >= num_gpus]
-        if fitting:
-            node = min(fitting, key=lambda n: (self.free_per_node[n], n))
-            return tuple(self.free_slots(node)[:num_gpus])
         slots: list[GpuSlot] = []
         for node in sorted(candidates, key=lambda n: (-self.free_per_node[n], n)):
             slots += self.free_slots(node)[: num_gpus - len(slots)]

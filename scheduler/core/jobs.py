@@ -102,11 +102,15 @@ class JobState:
 
 
 class JobTable:
-    """All jobs by id, with the unfinished ones kept apart so a round touches only those."""
+    """All jobs by id. The unfinished ones are also kept apart, split into running and waiting
+    (pending or suspended), so a round touches only what it needs. Status changes go through
+    `set_status` to keep the split right."""
 
     def __init__(self) -> None:
         self.all: dict[str, JobState] = {}
         self.active: dict[str, JobState] = {}  # submitted and not done, in submission order
+        self._running: dict[str, JobState] = {}
+        self._waiting: dict[str, JobState] = {}  # in the order they started waiting
 
     def add(self, job: Job) -> JobState:
         if job.job_id in self.all:
@@ -114,11 +118,24 @@ class JobTable:
         state = JobState(job)
         self.all[job.job_id] = state
         self.active[job.job_id] = state
+        self._waiting[job.job_id] = state
         return state
 
+    def set_status(self, state: JobState, status: JobStatus) -> None:
+        job_id = state.job_id
+        self._running.pop(job_id, None)
+        self._waiting.pop(job_id, None)
+        state.status = status
+        if status is JobStatus.RUNNING:
+            self._running[job_id] = state
+        elif status is JobStatus.DONE:
+            self.active.pop(job_id, None)
+        else:
+            self._waiting[job_id] = state
+
     def finish(self, job_id: str, now: float) -> JobState:
-        state = self.active.pop(job_id)
-        state.status = JobStatus.DONE
+        state = self.active[job_id]
+        self.set_status(state, JobStatus.DONE)
         state.finish_s = now
         return state
 
@@ -129,7 +146,15 @@ class JobTable:
         return len(self.all)
 
     def running(self) -> Iterator[JobState]:
-        return (s for s in self.active.values() if s.status is JobStatus.RUNNING)
+        return iter(self._running.values())
 
     def waiting(self) -> Iterator[JobState]:
-        return (s for s in self.active.values() if s.status is not JobStatus.RUNNING)
+        return iter(self._waiting.values())
+
+    @property
+    def num_running(self) -> int:
+        return len(self._running)
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self._waiting)

@@ -7,7 +7,7 @@ The same loop drives the simulator and the Ray cluster.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -34,6 +34,16 @@ class Allocation:
     gpu_type: str | None = None
 
 
+class Schedule(list[Allocation]):
+    """A policy's answer. As a plain list it names every job that should hold GPUs (running
+    jobs left out are suspended); with `keep_running` it lists only jobs to start or resize
+    and every running job not listed keeps its GPUs, so a round costs only what changes."""
+
+    def __init__(self, allocations: Iterable[Allocation] = (), *, keep_running: bool = False):
+        super().__init__(allocations)
+        self.keep_running = keep_running
+
+
 @dataclass(slots=True)
 class RoundContext:
     """What a round sees. Placement commits decisions through `commit`, which keeps the
@@ -57,7 +67,8 @@ def apply_decision(decision: Decision, cluster: ClusterState, jobs: JobTable, no
         if state.status is JobStatus.RUNNING or state.status is JobStatus.DONE:
             raise ValueError(f"cannot run job {state.job_id}: it is {state.status.value}")
         cluster.allocate(state.job_id, decision.gpus)
-        state.status, state.gpus = JobStatus.RUNNING, decision.gpus
+        jobs.set_status(state, JobStatus.RUNNING)
+        state.gpus = decision.gpus
         state.batch_size, state.share = decision.batch_size, decision.share
         if state.first_start_s is None:
             state.first_start_s = now
@@ -67,7 +78,8 @@ def apply_decision(decision: Decision, cluster: ClusterState, jobs: JobTable, no
         raise ValueError(f"cannot {action} job {state.job_id}: not running")
     cluster.release(state.job_id, state.gpus)
     if isinstance(decision, Suspend):
-        state.status, state.gpus, state.share = JobStatus.SUSPENDED, (), "exclusive"
+        jobs.set_status(state, JobStatus.SUSPENDED)
+        state.gpus, state.share = (), "exclusive"
         state.preemptions += 1
         return
     cluster.allocate(state.job_id, decision.gpus)
@@ -92,7 +104,8 @@ class SchedulingPolicy(Protocol):
 
     def schedule(self, ctx: RoundContext) -> list[Allocation]:
         """The jobs that should hold GPUs after this round, highest priority first. Running jobs
-        left out are suspended; waiting jobs listed are started if placement finds GPUs."""
+        left out are suspended (unless the answer is a `Schedule` with `keep_running`); waiting
+        jobs listed are started if placement finds GPUs."""
         ...
 
 
@@ -117,11 +130,16 @@ class ConsolidatedPlacement:
     def place(self, schedule: Sequence[Allocation], ctx: RoundContext) -> None:
         wanted = {a.job_id: a for a in schedule}
         jobs = ctx.jobs
-        for state in list(jobs.running()):
-            if state.job_id not in wanted:
-                ctx.commit(Suspend(state.job_id))
+        keep = getattr(schedule, "keep_running", False)
+        if not keep:
+            for state in list(jobs.running()):
+                if state.job_id not in wanted:
+                    ctx.commit(Suspend(state.job_id))
         resizes = []
-        for state in list(jobs.running()):
+        listed_running = [
+            jobs[a.job_id] for a in schedule if jobs[a.job_id].status is JobStatus.RUNNING
+        ]
+        for state in listed_running:
             alloc = wanted[state.job_id]
             if (alloc.num_gpus, alloc.batch_size) != (state.num_gpus, state.batch_size):
                 if alloc.num_gpus == 0:

@@ -369,35 +369,36 @@ class RayExecutor:
         return latest_checkpoint(self.checkpoint_dir, job_id)
 
     def _worker_on(self, node: int) -> tuple[Any, str]:
+        """A worker on core node `node`: a warm spare if there is one (replaced at once by a
+        new one that starts in the background), else a new one."""
         if node >= len(self.node_ids):
             raise ExecutorError(f"no node {node}: the Ray cluster has {len(self.node_ids)}")
-        node_id = self.node_ids[node]
-        if self._spares[node_id]:
-            return self._spares[node_id].pop()
+        spares = self._spares[self.node_ids[node]]
+        if not spares:
+            return self._new_worker(node)
+        taken = spares.pop(0)
+        spares.append(self._new_worker(node))
+        return taken
+
+    def _new_worker(self, node: int) -> tuple[Any, str]:
         name = f"worker-{uuid.uuid4().hex[:12]}"
         worker = TrainingWorker.options(
             name=name,
             namespace=NAMESPACE,
             lifetime="detached",  # outlives a crashed scheduler process
-            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
+            scheduling_strategy=NodeAffinitySchedulingStrategy(self.node_ids[node], soft=False),
         ).remote(self.worker_threads)
         return worker, name
 
     def warm_spares(self) -> None:
-        """Start the spare workers (their processes and imports) ahead of need."""
+        """Start `spares_per_node` spare workers per node and wait until they are up, so the
+        next launches skip process start-up and imports."""
         with self._lock:
             for index, node_id in enumerate(self.node_ids):
                 while len(self._spares[node_id]) < self.spares_per_node:
-                    self._spares[node_id].append(self._worker_on_fresh(index))
+                    self._spares[node_id].append(self._new_worker(index))
             handles = [w for spares in self._spares.values() for w, _ in spares]
         ray.get([w.info.remote() for w in handles], timeout=_RPC_TIMEOUT_S)
-
-    def _worker_on_fresh(self, node: int) -> tuple[Any, str]:
-        spares, self._spares[self.node_ids[node]] = self._spares[self.node_ids[node]], []
-        try:
-            return self._worker_on(node)
-        finally:
-            self._spares[self.node_ids[node]] = spares
 
     def _launch(
         self, job_id: str, gpus: tuple[GpuSlot, ...], batch: int, ref: CheckpointRef | None

@@ -14,9 +14,11 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
+from perfcast.errors import PerfcastError
 from scheduler.core.cluster import ClusterState
-from scheduler.core.decisions import Run, Suspend
+from scheduler.core.decisions import Decision, Migrate, Resize, Run, Suspend
 from scheduler.core.jobs import Job, JobStatus
 from scheduler.core.loop import SchedulingLoop, SchedulingPolicy, apply_decision
 from scheduler.live.executor import Finished, Lost, Progress, RayExecutor, cluster_spec_from_ray
@@ -24,6 +26,20 @@ from scheduler.live.spec import JobSpec
 from scheduler.live.store import JobStore
 
 _CLOCK_KEY = "clock_start_unix"
+
+
+def clock_start(store: JobStore) -> float:
+    """The unix time at which the run's clock started (set on first use)."""
+    start = store.get_meta(_CLOCK_KEY)
+    if start is None:
+        start = repr(time.time())
+        store.set_meta(_CLOCK_KEY, start)
+    return float(start)
+
+
+def clock_now(store: JobStore) -> float:
+    """Seconds on the run's clock: submit and finish times are on it."""
+    return time.time() - clock_start(store)
 
 
 def core_job(job_id: str, spec: JobSpec) -> Job:
@@ -67,11 +83,7 @@ class LiveRunner:
     ) -> None:
         self.executor, self.store, self.round_s = executor, store, round_s
         self.loop = SchedulingLoop(ClusterState(cluster_spec_from_ray()), policy, executor)
-        start = store.get_meta(_CLOCK_KEY)
-        if start is None:
-            start = repr(time.time())
-            store.set_meta(_CLOCK_KEY, start)
-        self.clock_start = float(start)  # a restarted scheduler keeps the run's clock
+        self.clock_start = clock_start(store)  # a restarted scheduler keeps the run's clock
 
     def now(self) -> float:
         return time.time() - self.clock_start
@@ -119,6 +131,7 @@ class LiveRunner:
         ]
         if arrived:
             self.loop.submit(arrived, now)
+        self._operator_commands(now)
         self.loop.round(now)
         for report in self.executor.poll():
             now = self.now()
@@ -133,6 +146,48 @@ class LiveRunner:
                 self.store.update_job(report.job_id, finish_s=now)
             elif isinstance(report, Lost):
                 apply_decision(Suspend(report.job_id), self.loop.cluster, self.loop.jobs, now)
+
+    def _operator_commands(self, now: float) -> None:
+        """Carry out `perfcast job ...` commands as decisions of this round. The policy may
+        undo them in a later round (a suspended job is runnable again): they are one-off."""
+        for command_id, job_id, kind, args in self.store.pending_commands():
+            try:
+                decision = self._command_decision(job_id, kind, args)
+                ctx = self.loop.context(now)
+                ctx.commit(decision)
+                self.executor.apply(ctx.decisions, self.loop.jobs, now)
+                outcome = f"done: {decision}"
+            except (KeyError, ValueError, PerfcastError) as err:
+                outcome = f"refused: {err}"
+            self.store.finish_command(command_id, outcome)
+            self.store.log(job_id, f"operator {kind}", outcome)
+
+    def _command_decision(self, job_id: str, kind: str, args: dict[str, Any]) -> Decision:
+        state = self.loop.jobs[job_id]
+        cluster = self.loop.cluster
+        gpus = tuple(tuple(g) for g in args.get("gpus", ()))
+        if kind == "suspend":
+            return Suspend(job_id)
+        if kind == "resume":
+            slots = gpus or cluster.find_free(state.job.num_gpus)
+            if not slots:
+                raise ValueError(f"no {state.job.num_gpus} free GPUs to resume {job_id}")
+            return Run(job_id, slots, state.batch_size)
+        if kind == "migrate":
+            if len(gpus) != state.num_gpus:
+                raise ValueError(f"migrate {job_id}: give {state.num_gpus} GPUs, got {len(gpus)}")
+            return Migrate(job_id, gpus)
+        if kind == "resize":
+            if not gpus:
+                count = int(args["num_gpus"])
+                kept = state.gpus[:count]
+                extra = cluster.find_free(count - len(kept)) if count > len(kept) else ()
+                if extra is None:
+                    raise ValueError(f"no {count - len(kept)} free GPUs to grow {job_id}")
+                gpus = kept + extra
+            batch = int(args.get("batch_size") or state.batch_size // state.num_gpus * len(gpus))
+            return Resize(job_id, gpus, batch)
+        raise ValueError(f"unknown command {kind!r}")
 
     def unfinished(self) -> int:
         return sum(1 for r in self.store.jobs() if r.status != "done")

@@ -44,6 +44,15 @@ CREATE TABLE IF NOT EXISTS checkpoints (
     created_at REAL NOT NULL,
     PRIMARY KEY (job_id, iteration)
 );
+CREATE TABLE IF NOT EXISTS commands (   -- operator commands (`perfcast job ...`) for the runner
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    job_id TEXT NOT NULL,
+    kind TEXT NOT NULL,               -- suspend | resume | migrate | resize
+    args TEXT NOT NULL DEFAULT '{}',
+    created_at REAL NOT NULL,
+    done_at REAL,
+    outcome TEXT
+);
 CREATE TABLE IF NOT EXISTS events (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     job_id TEXT,
@@ -160,6 +169,32 @@ class JobStore:
             "ORDER BY submit_time_s, job_id"
         )
         return [_record(r) for r in rows]
+
+    # ---- operator commands ----
+    def add_command(self, job_id: str, kind: str, args: dict[str, Any] | None = None) -> int:
+        self.job(job_id)  # unknown job: StoreError
+        with self._lock, self._db:
+            cursor = self._db.execute(
+                "INSERT INTO commands (job_id, kind, args, created_at) VALUES (?, ?, ?, ?)",
+                (job_id, kind, json.dumps(args or {}), time.time()),
+            )
+        return int(cursor.lastrowid)
+
+    def pending_commands(self) -> list[tuple[int, str, str, dict[str, Any]]]:
+        rows = self._read(
+            "SELECT id, job_id, kind, args FROM commands WHERE done_at IS NULL ORDER BY id"
+        )
+        return [(i, j, k, json.loads(a)) for i, j, k, a in rows]
+
+    def finish_command(self, command_id: int, outcome: str) -> None:
+        self._write(
+            "UPDATE commands SET done_at = ?, outcome = ? WHERE id = ?",
+            (time.time(), outcome, command_id),
+        )
+
+    def command_outcome(self, command_id: int) -> str | None:
+        rows = self._read("SELECT outcome FROM commands WHERE id = ?", (command_id,))
+        return rows[0][0] if rows else None
 
     # ---- checkpoints and events ----
     def record_checkpoint(self, job_id: str, ref: CheckpointRef) -> None:

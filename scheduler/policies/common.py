@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 from scheduler.core.jobs import JobState
-from scheduler.core.loop import Allocation
+from scheduler.core.loop import Allocation, RoundContext, Schedule
 
 
 def greedy_fill(ordered: Iterable[JobState], capacity: int) -> list[Allocation]:
@@ -20,3 +20,18 @@ def greedy_fill(ordered: Iterable[JobState], capacity: int) -> list[Allocation]:
             if capacity == 0:
                 break
     return out
+
+
+def priority_schedule(
+    ctx: RoundContext, order: Callable[[Sequence[JobState]], Iterable[JobState]]
+) -> Schedule:
+    """A preemptive priority schedule at requested sizes. When every waiting job fits in the
+    free GPUs, any priority order gives the same answer (everyone runs), so the round only
+    starts the waiting jobs and skips ranking the running ones."""
+    waiting = list(ctx.jobs.waiting())
+    if sum(s.job.num_gpus for s in waiting) <= ctx.cluster.free_gpus:
+        return Schedule(
+            (Allocation(s.job_id, s.job.num_gpus, s.batch_size) for s in waiting),
+            keep_running=True,
+        )
+    return Schedule(greedy_fill(order(list(ctx.jobs.active.values())), ctx.cluster.total_gpus))

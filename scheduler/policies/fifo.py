@@ -4,7 +4,7 @@ preempts."""
 
 from __future__ import annotations
 
-from scheduler.core.loop import Allocation, RoundContext
+from scheduler.core.loop import Allocation, RoundContext, Schedule
 from scheduler.policies import register
 
 
@@ -12,15 +12,14 @@ from scheduler.policies import register
 class FifoPolicy:
     needs_predictions = False
 
-    def schedule(self, ctx: RoundContext) -> list[Allocation]:
-        running = [
-            Allocation(s.job_id, s.num_gpus, s.batch_size, s.share) for s in ctx.jobs.running()
-        ]
+    def schedule(self, ctx: RoundContext) -> Schedule:
         free = ctx.cluster.free_gpus
-        waiting = []
-        for state in ctx.jobs.waiting():  # submission order
+        start = Schedule(keep_running=True)
+        for state in ctx.jobs.waiting():  # submission order (FIFO never preempts)
+            if free == 0:
+                break
             need = state.job.num_gpus
             if need <= free:
-                waiting.append(Allocation(state.job_id, need, state.batch_size))
+                start.append(Allocation(state.job_id, need, state.batch_size))
                 free -= need
-        return running + waiting
+        return start

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from scheduler.core.cluster import GpuSlot
 from scheduler.core.decisions import Migrate
 from scheduler.core.jobs import JobState
-from scheduler.core.loop import Allocation, ConsolidatedPlacement, RoundContext
+from scheduler.core.loop import Allocation, ConsolidatedPlacement, RoundContext, Schedule
 from scheduler.policies import register
 
 # GPU memory (MB) of the GPU types in the shipped data (vendor specifications).
@@ -121,27 +121,27 @@ class GandivaPolicy:
             return False
         return salus_fits([mem_a, mem_b], [0.0, 0.0], cap)
 
-    def schedule(self, ctx: RoundContext) -> list[Allocation]:
+    def schedule(self, ctx: RoundContext) -> Schedule:
         cluster, jobs = ctx.cluster, ctx.jobs
-        running = list(jobs.running())
-        out = [Allocation(s.job_id, s.num_gpus, s.batch_size, s.share) for s in running]
+        out = Schedule(keep_running=True)
         free = cluster.free_gpus
-        # hosts: running jobs alone on their GPUs, by size, then by (gpu type, job type, batch)
-        hosts: dict[int, dict[HostClass, list[JobState]]] = {}
-        for s in running:
-            if s.share == "exclusive" and _alone(s, ctx):
-                key = (cluster.node_type[s.gpus[0][0]], s.job.job_type, s.batch_size // s.num_gpus)
-                hosts.setdefault(s.num_gpus, {}).setdefault(key, []).append(s)
         waiting = []
         for state in jobs.waiting():
             need = state.job.num_gpus
             if need <= free:
                 out.append(Allocation(state.job_id, need, state.batch_size))
                 free -= need
-            elif hosts.get(need):
+            else:
                 waiting.append(state)
         if not waiting:
             return out
+        # hosts: running jobs alone on their GPUs, by size, then by (gpu type, job type, batch)
+        hosts: dict[int, dict[HostClass, list[JobState]]] = {}
+        for s in jobs.running():
+            if s.share == "exclusive" and _alone(s, ctx):
+                key = (cluster.node_type[s.gpus[0][0]], s.job.job_type, s.batch_size // s.num_gpus)
+                hosts.setdefault(s.num_gpus, {}).setdefault(key, []).append(s)
+        waiting = [s for s in waiting if hosts.get(s.job.num_gpus)]
         speeds = self._class_speeds(waiting, hosts, ctx)
         for state in waiting:
             classes = hosts.get(state.job.num_gpus, {})

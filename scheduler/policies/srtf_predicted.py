@@ -7,27 +7,32 @@ a running job takes its GPUs. Ties go to the earlier submission.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from perfcast.errors import PerfcastError
-from scheduler.core.loop import Allocation, RoundContext
+from scheduler.core.jobs import JobState
+from scheduler.core.loop import RoundContext, Schedule
 from scheduler.policies import register
-from scheduler.policies.common import greedy_fill
+from scheduler.policies.common import priority_schedule
 
 
 @register("srtf-predicted")
 class SrtfPredictedPolicy:
     needs_predictions = True
 
-    def schedule(self, ctx: RoundContext) -> list[Allocation]:
-        if ctx.predictor is None:
+    def schedule(self, ctx: RoundContext) -> Schedule:
+        predictor = ctx.predictor
+        if predictor is None:
             raise PerfcastError("srtf-predicted needs a prediction backend (--predictor)")
-        states = list(ctx.jobs.active.values())
-        if not states:
-            return []
-        predicted = ctx.predictor.durations([s.job for s in states])
-        ran = np.array([s.run_time_at(ctx.now) for s in states])
-        remaining = np.maximum(predicted - ran, 0.0)
-        submit = np.array([s.job.submit_time_s for s in states])
-        order = np.lexsort((submit, remaining))
-        return greedy_fill((states[i] for i in order), ctx.cluster.total_gpus)
+        predictor.durations([s.job for s in ctx.jobs.waiting()])  # new arrivals, one call
+
+        def order(states: Sequence[JobState]) -> list[JobState]:
+            predicted = predictor.durations([s.job for s in states])
+            ran = np.array([s.run_time_at(ctx.now) for s in states])
+            remaining = np.maximum(predicted - ran, 0.0)
+            submit = np.array([s.job.submit_time_s for s in states])
+            return [states[i] for i in np.lexsort((submit, remaining))]
+
+        return priority_schedule(ctx, order)

@@ -10,10 +10,12 @@ Needs no prediction. Rounds run at arrivals, completions and threshold crossings
 from __future__ import annotations
 
 import bisect
+from collections.abc import Sequence
 
-from scheduler.core.loop import Allocation, RoundContext
+from scheduler.core.jobs import JobState
+from scheduler.core.loop import RoundContext, Schedule
 from scheduler.policies import register
-from scheduler.policies.common import greedy_fill
+from scheduler.policies.common import priority_schedule
 
 # Queue limits in GPU-seconds: 1 GPU-hour and 10 GPU-hours.
 DEFAULT_THRESHOLDS = (3600.0, 36000.0)
@@ -29,18 +31,20 @@ class TiresiasPolicy:
     def queue_of(self, attained_gpu_s: float) -> int:
         return bisect.bisect_right(self.thresholds, attained_gpu_s)
 
-    def schedule(self, ctx: RoundContext) -> list[Allocation]:
+    def schedule(self, ctx: RoundContext) -> Schedule:
         now = ctx.now
-        ordered = sorted(
-            ctx.jobs.active.values(),
-            key=lambda s: (self.queue_of(s.attained_at(now)), s.job.submit_time_s),
-        )
-        return greedy_fill(ordered, ctx.cluster.total_gpus)
+
+        def order(states: Sequence[JobState]) -> list[JobState]:
+            return sorted(
+                states, key=lambda s: (self.queue_of(s.attained_at(now)), s.job.submit_time_s)
+            )
+
+        return priority_schedule(ctx, order)
 
     def next_wakeup(self, ctx: RoundContext) -> float | None:
         """The next time a running job crosses into a lower-priority queue, if any job waits
         (with nobody waiting a demotion changes nothing)."""
-        if not any(True for _ in ctx.jobs.waiting()):
+        if not ctx.jobs.num_waiting:
             return None
         best = None
         for state in ctx.jobs.running():

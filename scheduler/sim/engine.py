@@ -264,4 +264,3 @@ def simulate(
             on_progress(finished, total)
     makespan = now - (jobs[0].submit_time_s if jobs else 0.0)
     return SimResult(workload, cluster, loop.jobs, acc, makespan, rounds, decisions, policy.name)
-

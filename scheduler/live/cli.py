@@ -1,0 +1,359 @@
+"""`perfcast cluster|submit|jobs|job|run-trace`: live jobs on a Ray cluster.
+
+State (SQLite database and checkpoints) lives in `--state` (default `$PERFCAST_HOME/live`).
+`cluster up` starts a local Ray head (logical GPUs where there are none) or records the
+address of an existing cluster; the other commands connect to it. The scheduler itself runs
+inside `run-trace`: it drives the trace and every job sent with `submit`, and carries out the
+`job ...` commands queued in the state database.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.live import Live
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from perfcast.errors import PerfcastError
+from perfcast.paths import state_dir
+from scheduler.live.spec import JobSpec, load_job
+from scheduler.live.store import JobStore, StoreError
+from scheduler.live.trace import load_trace
+
+app = typer.Typer(no_args_is_help=True, add_completion=False)
+cluster_app = typer.Typer(
+    help="Start, stop or inspect the Ray cluster live jobs run on.", no_args_is_help=True
+)
+job_app = typer.Typer(help="Suspend, resume, migrate or resize one live job.", no_args_is_help=True)
+app.add_typer(cluster_app, name="cluster")
+app.add_typer(job_app, name="job")
+console = Console()
+
+StateOpt = Annotated[
+    Path | None, typer.Option("--state", help="state folder (default $PERFCAST_HOME/live)")
+]
+AddressOpt = Annotated[
+    str | None,
+    typer.Option("--address", help="Ray cluster address (default: the one `cluster up` set)"),
+]
+
+
+class ClusterError(PerfcastError):
+    """The Ray cluster cannot be started or reached."""
+
+
+def _state(state: Path | None) -> Path:
+    path = state or state_dir() / "live"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _store(state: Path | None) -> JobStore:
+    return JobStore(_state(state) / "state.db")
+
+
+def _recorded_address(state: Path | None) -> str | None:
+    info = _state(state) / "cluster.json"
+    return json.loads(info.read_text())["address"] if info.is_file() else None
+
+
+def _connect(state: Path | None, address: str | None, num_gpus: int = 4) -> None:
+    """Connect to the cluster (given or recorded), else start a local one for this process."""
+    import ray
+
+    from scheduler.live.executor import NAMESPACE
+
+    address = address or _recorded_address(state)
+    try:
+        if address:
+            ray.init(address=address, namespace=NAMESPACE, log_to_driver=False)
+        else:
+            ray.init(
+                num_gpus=None if _has_cuda() else num_gpus,
+                include_dashboard=False,
+                namespace=NAMESPACE,
+                log_to_driver=False,
+            )
+    except (ConnectionError, RuntimeError, ValueError) as err:
+        raise ClusterError(f"cannot reach the Ray cluster at {address or 'local'}: {err}") from None
+
+
+def _has_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def _ray_cli() -> str:
+    return str(Path(sys.executable).parent / "ray")
+
+
+@cluster_app.command("up")
+def cluster_up(
+    num_gpus: Annotated[
+        int | None,
+        typer.Option(help="GPUs to offer; default: the real ones, else 4 logical GPUs (CPU)"),
+    ] = None,
+    num_cpus: Annotated[int | None, typer.Option(help="CPUs to offer (default: all)")] = None,
+    address: AddressOpt = None,
+    state: StateOpt = None,
+) -> None:
+    """Start a local Ray head node, or record the address of an existing cluster."""
+    info = _state(state) / "cluster.json"
+    if address is None:
+        gpus = num_gpus if num_gpus is not None else (None if _has_cuda() else 4)
+        cmd = [_ray_cli(), "start", "--head", "--disable-usage-stats", "--include-dashboard=false"]
+        cmd += [f"--num-gpus={gpus}"] if gpus is not None else []
+        cmd += [f"--num-cpus={num_cpus}"] if num_cpus is not None else []
+        with console.status("starting the Ray head node"):
+            done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if done.returncode:
+            raise ClusterError(f"`ray start` failed:\n{done.stderr.strip()[-2000:]}")
+        import ray
+
+        ray.init(address="auto", log_to_driver=False)
+        address = ray.get_runtime_context().gcs_address
+        ray.shutdown()
+        started = True
+    else:
+        _connect(state, address)
+        started = False
+    info.write_text(json.dumps({"address": address, "started_here": started}))
+    console.print(f"cluster at [bold]{address}[/] ({'started' if started else 'connected'})")
+
+
+@cluster_app.command("down")
+def cluster_down(state: StateOpt = None) -> None:
+    """Stop the local Ray head that `cluster up` started (an external cluster is left alone)."""
+    info = _state(state) / "cluster.json"
+    if not info.is_file():
+        raise ClusterError("no cluster recorded: run `perfcast cluster up` first")
+    if json.loads(info.read_text()).get("started_here"):
+        subprocess.run([_ray_cli(), "stop"], capture_output=True, check=False)
+    info.unlink()
+    console.print("cluster down")
+
+
+@cluster_app.command("status")
+def cluster_status(address: AddressOpt = None, state: StateOpt = None) -> None:
+    """Nodes, GPUs and job counts."""
+    from scheduler.live.executor import gpu_nodes
+
+    _connect(state, address)
+    table = Table("core node", "Ray node", "address", "GPUs", "CPUs")
+    for index, node in enumerate(gpu_nodes()):
+        res = node["Resources"]
+        table.add_row(
+            str(index), node["NodeID"][:12], node["NodeManagerAddress"],
+            f"{res.get('GPU', 0):g}", f"{res.get('CPU', 0):g}",
+        )  # fmt: skip
+    console.print(table)
+    counts: dict[str, int] = {}
+    for record in _store(state).jobs():
+        counts[record.status] = counts.get(record.status, 0) + 1
+    console.print("jobs: " + (", ".join(f"{v} {k}" for k, v in counts.items()) or "none"))
+
+
+@app.command("submit")
+def submit(
+    job_file: Annotated[Path, typer.Argument(help="JOB.yaml: the fields of a live job")],
+    job_id: Annotated[
+        str | None, typer.Option("--id", help="job id (default: name + time)")
+    ] = None,
+    state: StateOpt = None,
+) -> None:
+    """Queue a job; the running scheduler (`perfcast run-trace`) starts it."""
+    from scheduler.live.runner import clock_now
+
+    spec = load_job(job_file)
+    store = _store(state)
+    job_id = job_id or f"{spec.name}-{int(time.time() * 1000) % 10**9}"
+    spec = spec.model_copy(update={"submit_time_s": clock_now(store)})
+    store.add_job(job_id, spec.model_dump(), spec.submit_time_s)
+    console.print(f"submitted [bold]{job_id}[/]")
+
+
+def _jobs_table(store: JobStore) -> Table:
+    table = Table(
+        "job", "state", "node", "GPUs", "iteration", "progress", "step s (measured)",
+        "step s (predicted)", "attempt", title="live jobs",
+    )  # fmt: skip
+    for r in store.jobs():
+        spec = JobSpec(**r.spec)
+        nodes = sorted({n for n, _ in r.gpus})
+        table.add_row(
+            r.job_id,
+            r.status,
+            ",".join(map(str, nodes)) or "-",
+            ",".join(f"{n}:{g}" for n, g in r.gpus) or "-",
+            str(r.iteration),
+            f"{100 * r.samples_done / spec.total_samples:.0f}%",
+            f"{r.mean_step_time_s:.4f}" if r.mean_step_time_s else "-",
+            f"{spec.min_step_time_s:.4f}" if spec.min_step_time_s else "-",
+            str(r.attempt),
+        )
+    return table
+
+
+@app.command("jobs")
+def jobs(
+    watch: Annotated[bool, typer.Option("--watch", "-w", help="refresh until Ctrl-C")] = False,
+    state: StateOpt = None,
+) -> None:
+    """Live jobs: state, node, GPUs, iteration, measured vs predicted step time."""
+    store = _store(state)
+    if not watch:
+        console.print(_jobs_table(store))
+        return
+    with Live(_jobs_table(store), console=console, refresh_per_second=2) as live:
+        try:
+            while True:
+                time.sleep(0.5)
+                live.update(_jobs_table(store))
+        except KeyboardInterrupt:
+            pass
+
+
+def _parse_gpus(text: str | None) -> list[list[int]]:
+    if not text:
+        return []
+    try:
+        return [[int(x) for x in slot.split(":")] for slot in text.split(",")]
+    except ValueError:
+        raise typer.BadParameter(f"{text!r}: expected NODE:GPU,... e.g. 0:1,0:2") from None
+
+
+def _queue(state: Path | None, job_id: str, kind: str, args: dict) -> None:
+    store = _store(state)
+    try:
+        command_id = store.add_command(job_id, kind, args)
+    except StoreError as err:
+        raise PerfcastError(str(err)) from None
+    console.print(f"queued {kind} of {job_id} (command {command_id}); waiting for the scheduler")
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        outcome = store.command_outcome(command_id)
+        if outcome:
+            console.print(outcome)
+            if outcome.startswith("refused"):
+                raise typer.Exit(1)
+            return
+        time.sleep(0.2)
+    console.print("no scheduler answered yet: the command stays queued for `perfcast run-trace`")
+
+
+@job_app.command("suspend")
+def job_suspend(job_id: str, state: StateOpt = None) -> None:
+    """Suspend a running job at its next mini-batch boundary (state kept)."""
+    _queue(state, job_id, "suspend", {})
+
+
+@job_app.command("resume")
+def job_resume(
+    job_id: str,
+    gpus: Annotated[str | None, typer.Option(help="NODE:GPU,... (default: any free)")] = None,
+    state: StateOpt = None,
+) -> None:
+    """Resume a suspended job."""
+    _queue(state, job_id, "resume", {"gpus": _parse_gpus(gpus)})
+
+
+@job_app.command("migrate")
+def job_migrate(
+    job_id: str,
+    gpus: Annotated[str, typer.Option(help="target GPUs NODE:GPU,... (same count)")],
+    state: StateOpt = None,
+) -> None:
+    """Move a running job to other GPUs: checkpoint, restore there, continue."""
+    _queue(state, job_id, "migrate", {"gpus": _parse_gpus(gpus)})
+
+
+@job_app.command("resize")
+def job_resize(
+    job_id: str,
+    num_gpus: Annotated[int | None, typer.Option(help="new number of workers")] = None,
+    gpus: Annotated[str | None, typer.Option(help="or the exact GPUs NODE:GPU,...")] = None,
+    batch_size: Annotated[
+        int | None, typer.Option(help="new global batch (default: same per-worker batch)")
+    ] = None,
+    state: StateOpt = None,
+) -> None:
+    """Change a running job's workers and batch size (learning rate scaled linearly)."""
+    if num_gpus is None and gpus is None:
+        raise typer.BadParameter("give --num-gpus or --gpus")
+    args = {"num_gpus": num_gpus, "gpus": _parse_gpus(gpus), "batch_size": batch_size}
+    _queue(state, job_id, "resize", args)
+
+
+@app.command("run-trace")
+def run_trace(
+    trace: Annotated[Path, typer.Argument(help="jobs YAML (list of jobs) or a trace CSV/Parquet")],
+    policy: Annotated[str, typer.Option(help="scheduling policy (see scheduler.policies)")],
+    address: AddressOpt = None,
+    state: StateOpt = None,
+    time_scale: Annotated[
+        float, typer.Option(help="trace CSV: real seconds per traced second")
+    ] = 0.01,
+    step_s: Annotated[float, typer.Option(help="trace CSV: step time of the replayed jobs")] = 0.05,
+    round_s: Annotated[float, typer.Option(help="seconds between scheduling rounds")] = 0.5,
+    slice_s: Annotated[float, typer.Option(help="time-slice length for shared GPUs")] = 0.2,
+    spares: Annotated[int, typer.Option(help="warm spare workers kept per node")] = 1,
+    num_gpus: Annotated[int, typer.Option(help="logical GPUs of a local cluster")] = 4,
+    as_json: Annotated[bool, typer.Option("--json", help="last line: a JSON summary")] = False,
+) -> None:
+    """Drive a trace through the scheduler core on the Ray cluster, to the last job.
+
+    Re-running it on the same --state after a crash continues the run: finished jobs are not
+    run again and running ones are taken over."""
+    import ray
+
+    from scheduler.live.executor import RayExecutor
+    from scheduler.live.runner import LiveRunner
+    from scheduler.policies import make_policy
+
+    entries = load_trace(trace, time_scale=time_scale, step_s=step_s)
+    chosen = make_policy(policy)
+    _connect(state, address, num_gpus)
+    store = _store(state)
+    executor = RayExecutor(
+        store, _state(state) / "checkpoints", slice_s=slice_s, spares_per_node=spares
+    )
+    runner = LiveRunner(executor, store, chosen, round_s=round_s)
+    recovered = runner.recover()
+    executor.warm_spares()
+    known = {r.job_id for r in store.jobs()}
+    for job_id, spec in entries:
+        if job_id not in known:
+            runner.submit(job_id, spec)
+    if any(recovered.values()):
+        console.print(f"recovered from {store.path}: {recovered}", highlight=False)
+    total = len(store.jobs())
+    progress = Progress(
+        TextColumn("[bold]run-trace"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        console=Console(stderr=True),
+    )  # fmt: skip
+    with progress:
+        task = progress.add_task("jobs", total=total)
+        summary = runner.run(
+            on_round=lambda r: progress.update(task, completed=total - r.unfinished())
+        )
+    executor.shutdown()
+    ray.shutdown()
+    table = Table("jobs", "finished", "avg JCT s", "p99 JCT s", "makespan s")
+    table.add_row(
+        str(summary.jobs), str(summary.finished),
+        *(f"{v:.2f}" if math.isfinite(v) else "-" for v in
+          (summary.avg_jct_s, summary.p99_jct_s, summary.makespan_s)),
+    )  # fmt: skip
+    console.print(table)
+    if as_json:
+        print(json.dumps(summary.as_dict()))
