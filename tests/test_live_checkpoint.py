@@ -74,7 +74,7 @@ def test_job_spec_errors_name_the_file_and_field(tmp_path):
         parse_job({"name": "x"}, "job.yaml")
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: [unclosed")
-    with pytest.raises(JobSpecError, match="bad.yaml"):
+    with pytest.raises(JobSpecError, match=r"bad\.yaml"):
         load_job(bad)
     with pytest.raises(JobSpecError, match="no such job file"):
         load_job(tmp_path / "missing.yaml")

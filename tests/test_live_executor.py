@@ -40,10 +40,14 @@ def reference(tmp_path_factory):
     return load_checkpoint(ref.path, ref.sha256)
 
 
-@pytest.fixture
-def executor(tmp_path):
-    store = JobStore(tmp_path / "state.db")
-    ex = RayExecutor(store, tmp_path / "ckpt")
+@pytest.fixture(scope="module")
+def executor(tmp_path_factory):
+    """One executor for the module (tests use distinct job ids), with warm spare workers so
+    launches skip process start-up."""
+    tmp = tmp_path_factory.mktemp("live")
+    store = JobStore(tmp / "state.db")
+    ex = RayExecutor(store, tmp / "ckpt", spares_per_node=2)
+    ex.warm_spares()
     yield ex
     ex.shutdown()
     store.close()
@@ -102,7 +106,7 @@ def test_migrate_continues_from_the_same_iteration(executor, reference):
     executor.wait_until("m", 30)
     state.gpus = ((0, 0),)
     executor.apply([Migrate("m", ((0, 2),))], jobs, 1.0)
-    first, second = launches(executor, "m")
+    _, second = launches(executor, "m")
     moved_at = int(second.split("from iteration ")[1])
     assert "[(0, 2)]" in second and 30 <= moved_at < SPEC.iterations
     assert executor.store.job("m").gpus == ((0, 2),)
@@ -116,7 +120,8 @@ def test_resize_one_two_one_continues_from_the_same_step(executor):
     executor.wait_until("r", 10)
     executor.relaunch("r", ((0, 0), (0, 1)), 64, "resize")
     every = SPEC.checkpoint_every
-    next_checkpoint = (executor.status("r")["iteration"] // every + 1) * every
+    resumed_at = int(launches(executor, "r")[-1].split("from iteration ")[1])
+    next_checkpoint = (resumed_at // every + 1) * every
     executor.wait_until("r", next_checkpoint + 1)
     two_workers = final_state(executor, "r")  # written by the two-worker run
     assert two_workers["iteration"] == next_checkpoint
@@ -132,7 +137,8 @@ def test_resize_one_two_one_continues_from_the_same_step(executor):
 
 
 def test_killed_worker_restarts_from_last_checkpoint_and_finishes(executor, reference):
-    submit(executor, "k")
+    # steps of 10 ms: the kill (asynchronous) lands within a few steps of `reached`
+    submit(executor, "k", SPEC.model_copy(update={"min_step_time_s": 0.01}))
     executor.run("k", ((0, 3),), SPEC.batch_size, "exclusive")
     reached = executor.wait_until("k", 50)["iteration"]
     ray.kill(executor.live["k"].workers[0], no_restart=True)  # dies mid-step
@@ -148,8 +154,6 @@ def test_killed_worker_restarts_from_last_checkpoint_and_finishes(executor, refe
 def test_timesliced_jobs_take_turns_and_both_finish(executor):
     long = SPEC.model_copy(update={"iterations": 300, "min_step_time_s": 0.005})
     executor.slicer.slice_s = 0.1
-    executor.spares_per_node = 2
-    executor.warm_spares()  # both jobs start at once
     for job_id in ("s1", "s2"):
         submit(executor, job_id, long)
     executor.run("s1", ((0, 1),), SPEC.batch_size, "exclusive")

@@ -89,12 +89,14 @@ class TrainingHook:
         self.status = HookStatus()
         self._model: nn.Module | None = None
         self._optimizer: torch.optim.Optimizer | None = None
-        self._lock = threading.Lock()
+        # Control state, guarded by one condition. Suspensions and resumes are counted, so a
+        # resume always matches the suspension it ends (no stale "suspended" flag).
+        self._cond = threading.Condition()
         self._pending = Command.NONE
         self._pending_reason: str | None = None
-        self._suspended = threading.Event()
-        self._resume = threading.Event()
-        self._exited = threading.Event()
+        self._suspensions = 0  # times the loop has suspended
+        self._resumes = 0  # suspensions ended so far
+        self._ended = False
         self._last_boundary: float | None = None
 
     # ---- job side -------------------------------------------------------------------------
@@ -135,7 +137,7 @@ class TrainingHook:
         if command is Command.EXIT or finished:
             self._checkpoint(iteration)
             self.status.exit_reason = "finished" if finished else self._pending_reason
-            self._exited.set()
+            self.mark_ended()
             return False
         if iteration % self.spec.checkpoint_every == 0:
             self._checkpoint(iteration)
@@ -144,31 +146,37 @@ class TrainingHook:
 
     # ---- control side (called from the worker's other threads) ----------------------------
     def request_suspend(self, timeout_s: float = 60.0) -> bool:
-        """Ask the loop to suspend at its next boundary; wait until it has. False if the loop
-        ended (or did not reach a boundary) first."""
-        with self._lock:
-            self._resume.clear()
-            self._pending = Command.SUSPEND
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self._suspended.wait(0.005):
+        """Ask the loop to suspend at its next boundary and wait until it has. False if the
+        loop ended (or did not reach a boundary in time) first."""
+        with self._cond:
+            if self.status.suspended:
                 return True
-            if self._exited.is_set():
-                return False
-        return False
+            target = self._suspensions + 1
+            self._pending = Command.SUSPEND
+            self._cond.wait_for(lambda: self._suspensions >= target or self._ended, timeout_s)
+            return self._suspensions >= target
 
     def resume(self) -> None:
-        self._resume.set()
+        """End the current suspension (or cancel one not yet reached)."""
+        with self._cond:
+            if self._pending is Command.SUSPEND:
+                self._pending = Command.NONE
+            self._resumes = self._suspensions
+            self._cond.notify_all()
 
     def request_exit(self, reason: str) -> None:
-        """Checkpoint and leave the loop at the next boundary (migrate, resize, stop)."""
-        with self._lock:
+        """Checkpoint and leave the loop at the next boundary (migrate, resize, stop); a
+        suspended loop wakes up to do it."""
+        with self._cond:
             self._pending, self._pending_reason = Command.EXIT, reason
-        self._resume.set()  # a suspended loop wakes up to exit
+            self._resumes = self._suspensions
+            self._cond.notify_all()
 
     def mark_ended(self) -> None:
         """Called by the worker when the loop function returned, however it returned."""
-        self._exited.set()
+        with self._cond:
+            self._ended = True
+            self._cond.notify_all()
 
     # ---- internals ------------------------------------------------------------------------
     def _record_step_time(self, elapsed: float) -> None:
@@ -179,7 +187,7 @@ class TrainingHook:
         s.mean_step_time_s = mean + (elapsed - mean) / s.steps_measured
 
     def _agree_on_command(self) -> Command:
-        with self._lock:
+        with self._cond:
             local, self._pending = self._pending, Command.NONE
         if self.world_size == 1:
             return local
@@ -194,11 +202,13 @@ class TrainingHook:
         if offload:  # release the device: keep the state in host memory while suspended
             self._move_state(torch.device("cpu"))
             torch.cuda.empty_cache()
-        self.status.suspended = True
-        self._suspended.set()
-        self._resume.wait()
-        self._suspended.clear()
-        self.status.suspended = False
+        with self._cond:
+            self._suspensions += 1
+            mine = self._suspensions
+            self.status.suspended = True
+            self._cond.notify_all()
+            self._cond.wait_for(lambda: self._resumes >= mine)
+            self.status.suspended = False
         if offload:
             self._move_state(self.device)
 

@@ -1,0 +1,70 @@
+"""Restarting the scheduler process mid-trace (its state in SQLite) loses no job and runs none
+twice."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import ray
+
+from scheduler.live.store import JobStore
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ray_cluster():
+    ray.init(num_cpus=2, num_gpus=4, include_dashboard=False, namespace="perfcast-tests")
+    yield
+    ray.shutdown()
+
+
+def test_restarted_scheduler_loses_no_job_and_runs_none_twice(tmp_path):
+    """Kill the scheduler process (`perfcast run-trace`) mid-trace, start it again on the same
+    state: every job finishes exactly once; jobs whose workers survived are taken over."""
+    jobs = [
+        f"  - {{id: j{i}, name: j{i}, iterations: 60, min_step_time_s: 0.03, "
+        f"checkpoint_every: 20, submit_time_s: {1.5 * i}}}"
+        for i in range(4)
+    ]
+    trace = tmp_path / "jobs.yaml"
+    trace.write_text("jobs:\n" + "\n".join(jobs) + "\n")
+    address = ray.get_runtime_context().gcs_address
+    cmd = [
+        str(Path(sys.executable).parent / "perfcast"), "run-trace", str(trace), "--policy",
+        "fifo", "--state", str(tmp_path / "state"), "--address", address, "--round-s", "0.2",
+        "--spares", "0", "--json",
+    ]  # fmt: skip
+    store = JobStore(tmp_path / "state" / "state.db")
+    first = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        status = {r.job_id: r.status for r in store.jobs()} if store.path.exists() else {}
+        if "done" in status.values() and "running" in status.values():
+            break
+        time.sleep(0.1)
+    first.kill()  # SIGKILL: no cleanup at all
+    first.wait()
+    before = {r.job_id: r for r in store.jobs()}
+    assert "running" in {r.status for r in before.values()}
+
+    second = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-2000:]
+    assert "recovered" in second.stdout
+    summary = json.loads(second.stdout.strip().splitlines()[-1])
+    assert summary["finished"] == summary["jobs"] == 4
+    for job_id, old in before.items():
+        record = store.job(job_id)
+        assert record.status == "done" and record.iteration == 60
+        assert len(store.events(job_id, "finished")) == 1
+        if old.status == "done":  # not started again
+            assert record.attempt == old.attempt
+        if old.status == "running":  # taken over, not restarted
+            assert record.attempt == old.attempt
+            assert len(store.events(job_id, "reattach")) == 1
+    assert not [
+        a for a in ray.util.list_named_actors(all_namespaces=True) if a["namespace"] == "perfcast"
+    ]
