@@ -22,7 +22,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -116,8 +116,10 @@ class RayExecutor:
         slice_s: float = 0.2,
         spares_per_node: int = 0,
         worker_threads: int = 1,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
+        self.clock = clock  # the run's clock, for finish times
         self.checkpoint_dir = Path(checkpoint_dir)
         self.node_ids = [n["NodeID"] for n in gpu_nodes()]
         self.live: dict[str, _LiveJob] = {}
@@ -269,6 +271,7 @@ class RayExecutor:
         self.store.update_job(
             live.job_id,
             status="done",
+            finish_s=self.clock(),  # in the same transaction: a crash cannot split them
             gpus=(),
             workers=(),
             samples_done=outcome["samples_done"],

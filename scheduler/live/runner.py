@@ -84,6 +84,7 @@ class LiveRunner:
         self.executor, self.store, self.round_s = executor, store, round_s
         self.loop = SchedulingLoop(ClusterState(cluster_spec_from_ray()), policy, executor)
         self.clock_start = clock_start(store)  # a restarted scheduler keeps the run's clock
+        executor.clock = self.now
 
     def now(self) -> float:
         return time.time() - self.clock_start
@@ -142,8 +143,7 @@ class LiveRunner:
                     state.extra["measured_step_time_s"] = report.mean_step_time_s
             elif isinstance(report, Finished):
                 self.loop.report_progress(report.job_id, report.samples_done, now)
-                self.loop.job_finished(report.job_id, now)
-                self.store.update_job(report.job_id, finish_s=now)
+                self.loop.job_finished(report.job_id, self.store.job(report.job_id).finish_s)
             elif isinstance(report, Lost):
                 apply_decision(Suspend(report.job_id), self.loop.cluster, self.loop.jobs, now)
 

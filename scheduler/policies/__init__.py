@@ -35,14 +35,19 @@ def register(name: str) -> Callable[[T], T]:
     return decorate
 
 
+_discovered: list[bool] = []
+
+
 def _discover() -> None:
-    for info in pkgutil.iter_modules(__path__):
-        importlib.import_module(f"{__name__}.{info.name}")
+    """Import every policy module once (some may already be imported directly)."""
+    if not _discovered:
+        for info in pkgutil.iter_modules(__path__):
+            importlib.import_module(f"{__name__}.{info.name}")
+        _discovered.append(True)
 
 
 def policy_names() -> list[str]:
-    if not _POLICIES:
-        _discover()
+    _discover()
     return sorted(_POLICIES)
 
 

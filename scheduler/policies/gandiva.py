@@ -15,11 +15,12 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Sequence
 
 from scheduler.core.cluster import GpuSlot
 from scheduler.core.decisions import Migrate
-from scheduler.core.jobs import JobState
+from scheduler.core.jobs import JobState, JobStatus
 from scheduler.core.loop import Allocation, ConsolidatedPlacement, RoundContext, Schedule
 from scheduler.policies import register
 
@@ -135,12 +136,18 @@ class GandivaPolicy:
                 waiting.append(state)
         if not waiting:
             return out
-        # hosts: running jobs alone on their GPUs, by size, then by (gpu type, job type, batch)
+        # hosts: jobs alone on their GPUs (running, or started this round on the main GPU
+        # type), by size, then by (gpu type, job type, local batch)
+        main_type = Counter(cluster.node_type).most_common(1)[0][0]
+        candidates = [(s, cluster.node_type[s.gpus[0][0]]) for s in jobs.running()]
+        candidates += [(jobs[a.job_id], main_type) for a in out]
         hosts: dict[int, dict[HostClass, list[JobState]]] = {}
-        for s in jobs.running():
-            if s.share == "exclusive" and _alone(s, ctx):
-                key = (cluster.node_type[s.gpus[0][0]], s.job.job_type, s.batch_size // s.num_gpus)
-                hosts.setdefault(s.num_gpus, {}).setdefault(key, []).append(s)
+        for s, gpu_type in candidates:
+            if s.status is JobStatus.RUNNING and (s.share != "exclusive" or not _alone(s, ctx)):
+                continue
+            size = s.num_gpus or s.job.num_gpus
+            key = (gpu_type, s.job.job_type, s.batch_size // size)
+            hosts.setdefault(size, {}).setdefault(key, []).append(s)
         waiting = [s for s in waiting if hosts.get(s.job.num_gpus)]
         speeds = self._class_speeds(waiting, hosts, ctx)
         for state in waiting:

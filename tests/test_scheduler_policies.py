@@ -1,0 +1,180 @@
+"""Each policy's decisions on small cases checked by hand."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from test_simulator_engine import run, synthetic_workload
+
+from scheduler.core import ClusterSpec, ClusterState, Job, JobStatus, Migrate, Run
+from scheduler.core.jobs import JobTable
+from scheduler.core.loop import RoundContext, apply_decision
+from scheduler.core.predictions import JobPredictor
+from scheduler.optimizer.elastic import allocate_exhaustive
+from scheduler.policies import UnknownPolicyError, make_policy, policy_names
+from scheduler.policies.elastic import value
+from scheduler.policies.gandiva import salus_fits
+from scheduler.sim.engine import simulate
+from scheduler.sim.metrics import job_table
+
+
+class TableBackend:
+    """Predictions read from fixed tables (deliberately not the truth)."""
+
+    def __init__(self, durations=None, step=None, pair=(0.8, 0.7)):
+        self.durations, self.step, self.pair = durations or {}, step, pair
+
+    def predict(self, task, rows):
+        if task == "duration":
+            v = np.array([self.durations[j] for j in rows["job_id"]], dtype=float)
+            return pd.DataFrame({"duration_s": v, "duration_s_p10": v, "duration_s_p90": v})
+        if task == "scaling":
+            v = np.array([self.step(r) for r in rows.itertuples()], dtype=float)
+            return pd.DataFrame({"step_time_s": v, "step_time_s_p10": v, "step_time_s_p90": v})
+        a, b = np.full(len(rows), self.pair[0]), np.full(len(rows), self.pair[1])
+        return pd.DataFrame({"a_speed": a, "b_speed": b})
+
+
+def test_registry_lists_every_policy_and_rejects_unknown_names():
+    assert {"fifo", "tiresias", "srtf-predicted", "gandiva", "elastic", "hypersched"} <= set(
+        policy_names()
+    )
+    with pytest.raises(UnknownPolicyError, match="unknown policy 'lifo'"):
+        make_policy("lifo")
+
+
+def test_srtf_runs_the_shortest_predicted_job_first():
+    # truth: a=300 s, b=100 s, c=200 s; predictions swap b and c
+    workload = synthetic_workload(
+        [("a", 0.0, "slow", 1, 300.0), ("b", 0.0, "slow", 1, 100.0), ("c", 0.0, "slow", 1, 200.0)]
+    )
+    backend = TableBackend(durations={"a": 900.0, "b": 250.0, "c": 150.0})
+    result = simulate(
+        workload,
+        ClusterSpec.parse("1x1:v100"),
+        make_policy("srtf-predicted"),
+        predictor=JobPredictor(backend),
+    )
+    starts = job_table(result).set_index("job_id")["start_s"]
+    assert list(starts.sort_values().index) == ["c", "b", "a"]  # the predicted order
+    assert starts["b"] == pytest.approx(200.0) and starts["a"] == pytest.approx(300.0)
+    # with the oracle, the truly shortest runs first and average JCT is lower
+    oracle = job_table(run(workload, "1x1:v100", "srtf-predicted"))
+    assert list(oracle.sort_values("start_s")["job_id"]) == ["b", "c", "a"]
+    assert oracle["jct_s"].mean() < job_table(result)["jct_s"].mean()
+
+
+def running_state(jobs, cluster, job_id, gpus, slots, now=0.0):
+    jobs.add(Job(job_id, 0.0, "slow", gpus, 32 * gpus, 1e6, duration_s=1e4))
+    apply_decision(Run(job_id, slots, 32 * gpus), cluster, jobs, now)
+    return jobs[job_id]
+
+
+def test_tiresias_demotes_by_attained_service():
+    cluster = ClusterState(ClusterSpec.parse("1x2:v100"))
+    jobs = JobTable()
+    old = running_state(jobs, cluster, "old", 2, ((0, 0), (0, 1)))
+    policy = make_policy("tiresias", thresholds=(100.0,))
+    jobs.add(Job("new", 10.0, "slow", 2, 64, 1e6, duration_s=1e4))
+    ctx = RoundContext(40.0, cluster, jobs)  # old attained 80 GPU-s: still queue 0
+    assert [a.job_id for a in policy.schedule(ctx)] == ["old"]
+    assert policy.next_wakeup(ctx) == pytest.approx(50.0, abs=1e-3)  # 100 GPU-s at 2 GPUs
+    ctx = RoundContext(60.0, cluster, jobs)  # 120 GPU-s: demoted, the newcomer goes first
+    assert old.attained_at(60.0) == pytest.approx(120.0)
+    assert [a.job_id for a in policy.schedule(ctx)] == ["new"]
+
+
+def gandiva_round(memory_mb, pair):
+    cluster = ClusterState(ClusterSpec.parse("1x1:v100"))
+    jobs = JobTable()
+    running_state(jobs, cluster, "host", 1, ((0, 0),))
+    jobs.add(Job("guest", 1.0, "fast", 1, 32, 1e6, duration_s=1e4))
+    policy = make_policy("gandiva", memory_mb=memory_mb)
+    ctx = RoundContext(1.0, cluster, jobs, JobPredictor(TableBackend(pair=pair)))
+    policy.placement.place(policy.schedule(ctx), ctx)
+    return ctx.decisions
+
+
+def test_gandiva_packs_only_when_memory_fits_and_it_pays():
+    assert salus_fits([4000, 5000], [3000, 6000], 16 * 1024)
+    assert not salus_fits([8000, 5000], [3000, 6000], 16 * 1024)
+    packed = gandiva_round(lambda job, batch: 6000.0, (0.8, 0.7))
+    assert packed == [Run("guest", ((0, 0),), 32, "pack")]
+    too_big = gandiva_round(lambda job, batch: 9000.0, (0.8, 0.7))  # 18 GB > 16 GB
+    assert too_big == [Run("guest", ((0, 0),), 32, "timeslice")]
+    no_gain = gandiva_round(lambda job, batch: 6000.0, (0.5, 0.45))  # sum <= 1
+    assert no_gain == [Run("guest", ((0, 0),), 32, "timeslice")]
+    unknown = gandiva_round(lambda job, batch: None, (0.8, 0.7))  # memory unknown: unsafe
+    assert unknown[0].share == "timeslice"
+
+
+def test_gandiva_migrates_to_keep_a_job_on_one_node():
+    cluster = ClusterState(ClusterSpec.parse("2x4:v100"))
+    jobs = JobTable()
+    running_state(jobs, cluster, "x", 2, ((0, 0), (0, 1)))
+    running_state(jobs, cluster, "y", 2, ((1, 0), (1, 1)))
+    jobs.add(Job("z", 1.0, "slow", 4, 128, 1e6, duration_s=1e4))
+    policy = make_policy("gandiva")
+    ctx = RoundContext(1.0, cluster, jobs)
+    policy.placement.place(policy.schedule(ctx), ctx)
+    assert any(isinstance(d, Migrate) for d in ctx.decisions)
+    assert len({n for n, _ in jobs["z"].gpus}) == 1 and jobs["z"].status is JobStatus.RUNNING
+
+
+def elastic_setup(total_gpus: int, n_jobs: int, seed: int):
+    rng = np.random.default_rng(seed)
+    alpha = {f"j{i}": rng.uniform(0.3, 1.0) for i in range(n_jobs)}
+
+    def step(row):  # per-job scaling exponent: step time grows with GPUs by n ** (1 - alpha)
+        return row.local_batch_size / 32 * row.num_gpus ** (1 - alpha[row.job])
+
+    cluster = ClusterState(ClusterSpec.parse(f"1x{total_gpus}:v100"))
+    jobs = JobTable()
+    for i in range(n_jobs):
+        jobs.add(Job(f"j{i}", 0.0, f"j{i}", 1, 32, 1e6, duration_s=1e4, max_gpus=total_gpus))
+    return cluster, jobs, JobPredictor(TableBackend(step=step), gpus_per_node=total_gpus)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_elastic_never_exceeds_the_cluster_and_matches_brute_force(seed):
+    cluster, jobs, predictor = elastic_setup(4, 3, seed)
+    policy = make_policy("elastic")
+    ctx = RoundContext(0.0, cluster, jobs, predictor)
+    schedule = policy.schedule(ctx)
+    assert sum(a.num_gpus for a in schedule) <= 4
+    elastic = policy._elastic_jobs(list(jobs.active.values()), "v100", 4, ctx)
+    plan = {a.job_id: (a.num_gpus, a.batch_size) for a in schedule}
+    best = allocate_exhaustive(elastic, 4)
+    assert value(elastic, plan) == pytest.approx(value(elastic, best))
+    policy.placement = None
+    from scheduler.core.loop import ConsolidatedPlacement
+
+    ConsolidatedPlacement().place(schedule, ctx)
+    assert cluster.used_gpus() <= 4
+
+
+def test_elastic_does_not_resize_for_less_than_five_percent():
+    cluster, jobs, predictor = elastic_setup(4, 2, 0)
+    policy = make_policy("elastic")
+    ctx = RoundContext(0.0, cluster, jobs, predictor)
+    from scheduler.core.loop import ConsolidatedPlacement
+
+    ConsolidatedPlacement().place(policy.schedule(ctx), ctx)
+    first = {s.job_id: s.num_gpus for s in jobs.running()}
+    # a third job arrives: the DP would rebalance, but only a full re-plan worth >= 5% resizes
+    jobs.add(Job("j2", 1.0, "j1", 1, 32, 1e6, duration_s=1e4, max_gpus=4))
+    ctx = RoundContext(1.0, cluster, jobs, predictor)
+    schedule = policy.schedule(ctx)
+    elastic = policy._elastic_jobs(list(jobs.active.values()), "v100", 4, ctx)
+    kept = {j: (n, 32 * n) for j, n in first.items()}
+    resized = any(
+        (a.num_gpus, a.batch_size) != kept.get(a.job_id, (a.num_gpus, a.batch_size))
+        for a in schedule
+    )
+    plan = {a.job_id: (a.num_gpus, a.batch_size) for a in schedule}
+    if resized:
+        assert value(elastic, plan) >= 1.05 * value(elastic, kept)
+    else:
+        assert all(plan[j] == kept[j] for j in kept)
+    assert sum(a.num_gpus for a in schedule) <= 4
