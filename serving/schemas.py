@@ -19,7 +19,7 @@ from pydantic import (
     model_validator,
 )
 
-from serving.settings import MAX_CANDIDATES, MAX_ROWS
+from serving.settings import MAX_ALLOCATION_CELLS, MAX_CANDIDATES, MAX_ROWS
 
 Scalar = StrictStr | StrictBool | StrictInt | FiniteFloat | None
 Row = dict[str, Scalar]
@@ -286,6 +286,12 @@ class AllocateRequest(_Model):
 
     @model_validator(mode="after")
     def _bounded(self) -> AllocateRequest:
+        cells = len(self.jobs) * (self.total_gpus + 1)  # the dynamic program's table
+        if cells > MAX_ALLOCATION_CELLS:
+            raise ValueError(
+                f"{len(self.jobs)} jobs on {self.total_gpus} GPUs is over the limit of "
+                f"{MAX_ALLOCATION_CELLS} job × GPU-count cells; split the cluster"
+            )
         rows = sum(
             min(j.max_gpus or self.total_gpus, self.total_gpus) * len(j.local_batch_sizes or [])
             for j in self.jobs

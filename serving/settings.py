@@ -10,6 +10,7 @@ from predictor.backend import TASKS
 
 MAX_ROWS = 10_000  # rows per predict request
 MAX_CANDIDATES = 1_000_000  # configurations one recommend/allocate request may enumerate
+MAX_ALLOCATION_CELLS = 10_000_000  # jobs × (GPUs + 1) of one allocation (its DP table)
 
 
 @dataclass(frozen=True)
