@@ -59,6 +59,8 @@ class HookStatus:
     mean_step_time_s: float | None = None
     suspended: bool = False
     exit_reason: str | None = None
+    restored_unix: float | None = None  # when `restore` returned: the loop is ready to train
+    ended_unix: float | None = None  # when `step` told the loop to leave
     last_checkpoint: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
@@ -115,6 +117,7 @@ class TrainingHook:
         for group in optimizer.param_groups:
             group["lr"] = self.spec.scaled_lr(self.global_batch)
         self.status.iteration, self.status.samples_done = start, samples
+        self.status.restored_unix = time.time()
         self._last_boundary = time.perf_counter()
         return start
 
@@ -137,6 +140,7 @@ class TrainingHook:
         if command is Command.EXIT or finished:
             self._checkpoint(iteration)
             self.status.exit_reason = "finished" if finished else self._pending_reason
+            self.status.ended_unix = time.time()
             self.mark_ended()
             return False
         if iteration % self.spec.checkpoint_every == 0:
