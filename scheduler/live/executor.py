@@ -77,6 +77,8 @@ class Finished:
     job_id: str
     samples_done: int
     iteration: int
+    restored_unix: float | None = None  # this attempt's start of training (rank 0)
+    ended_unix: float | None = None
 
 
 @dataclass(frozen=True)
@@ -279,7 +281,13 @@ class RayExecutor:
             mean_step_time_s=outcome.get("mean_step_time_s"),
         )
         self.store.log(live.job_id, "finished", f"iteration {outcome['iteration']}")
-        return Finished(live.job_id, outcome["samples_done"], outcome["iteration"])
+        return Finished(
+            live.job_id,
+            outcome["samples_done"],
+            outcome["iteration"],
+            outcome.get("restored_unix"),
+            outcome.get("ended_unix"),
+        )
 
     def _recover_failed(self, live: _LiveJob, why: str) -> Report | None:
         """Kill what is left of the attempt and restart it from its last checkpoint: on the same

@@ -1,0 +1,289 @@
+"""The live executor on Ray: time-slicing overhead, suspend/resume, migration and resize
+latency, and the simulator's fidelity to a real run.
+
+Run: `.venv/bin/python -m benchmarks.executor` (writes section `executor` of
+docs/BENCHMARKS.md; `--device-label` names the machine, `--no-fidelity` skips the trace run).
+
+- Time-slicing: two identical-work MLP jobs (different seeds) time-sliced on one GPU with
+  200 ms slices vs each alone; overhead = sliced wall time / (alone A + alone B) - 1 (Gandiva:
+  under 2%). Wall time is from the first worker's restore to the last one's end.
+- Suspend / resume latency: request to acknowledged at a mini-batch boundary (suspend waits
+  for the step in flight), on a running job, 20 times.
+- Migration of a ~25M-parameter MLP to another GPU: request to restored on the target
+  (the step in flight, checkpoint write + fsync, restore), with a warm spare worker there.
+- Resize 1 -> 2 -> 1 workers: request to every new worker restored.
+- Fidelity: 20 real ElasticFlow jobs (cluster01, 1-2 GPUs, from its dense second day), times
+  scaled down, run for real under `fifo` on 4 GPUs and in `perfcast simulate` on the same
+  scaled trace; average JCT compared.
+Timings are medians over `--repeats` runs; the machine is shared (2 CPU cores here), so they
+are noisy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pandas as pd
+import ray
+import torch
+
+from benchmarks.report import write_section
+from scheduler.live.executor import Finished, RayExecutor
+from scheduler.live.models import build_model, num_parameters
+from scheduler.live.runner import LiveRunner
+from scheduler.live.spec import JobSpec
+from scheduler.live.store import JobStore
+from scheduler.live.trace import load_trace
+from scheduler.policies import make_policy
+from scheduler.sim.workload import read_trace
+
+COMMAND = ".venv/bin/python -m benchmarks.executor"
+SLICE_JOB = JobSpec(name="slice", width=256, depth=3, batch_size=64, iterations=600)
+BIG_JOB = JobSpec(name="big", width=4900, depth=2, batch_size=8, iterations=10**6)
+SMALL_JOB = JobSpec(name="small", width=256, depth=2, batch_size=32, iterations=10**6)
+
+
+class Bench:
+    def __init__(self, root: Path) -> None:
+        self.store = JobStore(root / "state.db")
+        self.ex = RayExecutor(self.store, root / "ckpt", spares_per_node=2, slice_s=0.2)
+        self.ex.warm_spares()
+        self.count = 0
+
+    def submit(self, spec: JobSpec) -> str:
+        self.count += 1
+        job_id = f"{spec.name}-{self.count}"
+        self.store.add_job(job_id, spec.model_dump(), 0.0)
+        return job_id
+
+    def wait(self, job_ids: list[str], timeout_s: float = 600) -> dict[str, Finished]:
+        done: dict[str, Finished] = {}
+        deadline = time.monotonic() + timeout_s
+        while len(done) < len(job_ids) and time.monotonic() < deadline:
+            for report in self.ex.poll():
+                if isinstance(report, Finished) and report.job_id in job_ids:
+                    done[report.job_id] = report
+            time.sleep(0.02)
+        return done
+
+    def stop(self, job_id: str) -> None:
+        self.ex._stop_workers(self.ex.live[job_id], "benchmark done")
+
+    def restored_after(self, job_id: str, t0: float) -> float:
+        """Seconds from `t0` (unix) until every worker of the job has restored."""
+        while True:
+            statuses = ray.get([w.status.remote() for w in self.ex.live[job_id].workers])
+            stamps = [s["restored_unix"] for s in statuses]
+            if all(t is not None and t >= t0 for t in stamps):
+                return max(stamps) - t0
+            time.sleep(0.002)
+
+
+def timeslice_overhead(b: Bench) -> dict[str, float]:
+    alone = []
+    for seed in (1, 2):
+        job = b.submit(SLICE_JOB.model_copy(update={"seed": seed}))
+        b.ex.run(job, ((0, 0),), SLICE_JOB.batch_size, "exclusive")
+        f = b.wait([job])[job]
+        alone.append(f.ended_unix - f.restored_unix)
+    jobs = [b.submit(SLICE_JOB.model_copy(update={"seed": seed})) for seed in (1, 2)]
+    switches = b.ex.slicer.switches
+    b.ex.run(jobs[0], ((0, 1),), SLICE_JOB.batch_size, "exclusive")
+    b.ex.run(jobs[1], ((0, 1),), SLICE_JOB.batch_size, "timeslice")
+    done = b.wait(jobs)
+    sliced = max(f.ended_unix for f in done.values()) - min(f.restored_unix for f in done.values())
+    return {
+        "alone_s": sum(alone),
+        "sliced_s": sliced,
+        "overhead": sliced / sum(alone) - 1,
+        "switches": b.ex.slicer.switches - switches,
+    }
+
+
+def suspend_resume(b: Bench, times: int = 20) -> tuple[list[float], list[float]]:
+    job = b.submit(SMALL_JOB)
+    b.ex.run(job, ((0, 2),), SMALL_JOB.batch_size, "exclusive")
+    b.ex.wait_until(job, 5)
+    suspends, resumes = [], []
+    for _ in range(times):
+        suspends.append(b.ex.suspend(job))
+        resumes.append(b.ex.resume(job))
+        time.sleep(0.05)
+    b.stop(job)
+    return suspends, resumes
+
+
+def migration(b: Bench) -> dict[str, float]:
+    job = b.submit(BIG_JOB)
+    b.ex.run(job, ((0, 0),), BIG_JOB.batch_size, "exclusive")
+    status = b.ex.wait_until(job, 3)
+    t0 = time.time()
+    b.ex.relaunch(job, ((0, 3),), BIG_JOB.batch_size, "migrate")
+    latency = b.restored_after(job, t0)
+    ckpt_bytes = b.store.checkpoints(job)[-1].bytes
+    b.stop(job)
+    return {"latency_s": latency, "step_s": status["mean_step_time_s"], "bytes": ckpt_bytes}
+
+
+def resize(b: Bench) -> dict[str, float]:
+    job = b.submit(SMALL_JOB)
+    b.ex.run(job, ((0, 0),), SMALL_JOB.batch_size, "exclusive")
+    b.ex.wait_until(job, 5)
+    t0 = time.time()
+    b.ex.relaunch(job, ((0, 0), (0, 1)), 2 * SMALL_JOB.batch_size, "resize")
+    up = b.restored_after(job, t0)
+    b.ex.wait_until(job, b.ex.status(job)["iteration"] + 5)
+    t0 = time.time()
+    b.ex.relaunch(job, ((0, 1),), SMALL_JOB.batch_size, "resize")
+    down = b.restored_after(job, t0)
+    b.stop(job)
+    return {"up_s": up, "down_s": down}
+
+
+def fidelity_trace(path: Path, step_s: float, time_scale: float) -> Path:
+    """20 real ElasticFlow jobs, scaled in time, durations rounded to whole steps."""
+    table = read_trace("elasticflow-traces:cluster01")
+    table = table[table["num_gpus"].between(1, 2)].sort_values("submit_time_s").iloc[1:21]
+    first = table["submit_time_s"].min()
+    steps = (table["duration_s"] * time_scale / step_s).round().clip(lower=1)
+    out = pd.DataFrame(
+        {
+            "job_id": [f"ef{i:02d}" for i in range(len(table))],
+            "submit_time_s": (table["submit_time_s"] - first) * time_scale,
+            "num_gpus": table["num_gpus"].astype(int),
+            "duration_s": steps * step_s,
+        }
+    )
+    out.to_csv(path, index=False)
+    return path
+
+
+def fidelity(root: Path, time_scale: float, step_s: float) -> dict[str, float]:
+    trace = fidelity_trace(root / "ef20_scaled.csv", step_s, time_scale)
+    store = JobStore(root / "fidelity.db")
+    ex = RayExecutor(store, root / "fidelity-ckpt", spares_per_node=4)
+    runner = LiveRunner(ex, store, make_policy("fifo"), round_s=0.2)
+    ex.warm_spares()
+    for job_id, spec in load_trace(trace, time_scale=1.0, step_s=step_s):
+        runner.submit(job_id, spec)
+    real = runner.run(timeout_s=900)
+    ex.shutdown()
+    sim = subprocess.run(
+        [str(Path(sys.executable).parent / "perfcast"), "simulate", "--trace", str(trace),
+         "--cluster", "1x4:v100", "--policy", "fifo", "--predictor", "oracle", "--json"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    simulated = json.loads(sim.stdout.strip().splitlines()[-1])
+    return {
+        "real_avg_jct_s": real.avg_jct_s,
+        "sim_avg_jct_s": simulated["avg_jct_s"],
+        "real_makespan_s": real.makespan_s,
+        "sim_makespan_s": simulated["makespan_s"],
+        "error": real.avg_jct_s / simulated["avg_jct_s"] - 1,
+    }
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def runs(values: list[float], fmt: str) -> str:
+    return ", ".join(fmt.format(v) for v in values)
+
+
+def latency_ms(values: list[float]) -> str:
+    p90 = sorted(values)[int(0.9 * (len(values) - 1))]
+    return f"{1000 * median(values):.1f} / {1000 * p90:.1f} ms"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--no-fidelity", action="store_true")
+    parser.add_argument("--time-scale", type=float, default=0.005)
+    parser.add_argument("--device-label", default="CPU (logical Ray GPUs)")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    cuda = torch.cuda.is_available()
+    ray.init(
+        num_cpus=2 if not cuda else None,
+        num_gpus=None if cuda else 4,
+        include_dashboard=False,
+        namespace="perfcast-bench",
+        log_to_driver=False,
+    )
+    with tempfile.TemporaryDirectory(prefix="perfcast-executor-") as tmp:
+        root = Path(tmp)
+        bench = Bench(root)
+        slices, suspends, resumes, migrations, resizes = [], [], [], [], []
+        for r in range(args.repeats):
+            print(f"repeat {r + 1}/{args.repeats}", file=sys.stderr)
+            slices.append(timeslice_overhead(bench))
+            s, u = suspend_resume(bench)
+            suspends += s
+            resumes += u
+            migrations.append(migration(bench))
+            resizes.append(resize(bench))
+        bench.ex.shutdown()
+        fid = None if args.no_fidelity else fidelity(root, args.time_scale, 0.05)
+    ray.shutdown()
+
+    big_params = num_parameters(build_model(BIG_JOB))
+    overheads = [100 * s["overhead"] for s in slices]
+    migrate_s = [m["latency_s"] for m in migrations]
+    rows = [
+        (
+            "time-slicing overhead (2 jobs, 200 ms slices)",
+            f"{median(overheads):.1f}% (runs: {runs(overheads, '{:.1f}%')})",
+            "< 2% (Gandiva)",
+        ),
+        (
+            "  alone A + alone B / sliced wall time",
+            f"{median([s['alone_s'] for s in slices]):.2f} s / "
+            f"{median([s['sliced_s'] for s in slices]):.2f} s, "
+            f"{median([s['switches'] for s in slices]):.0f} switches",
+            "",
+        ),
+        ("suspend latency (median / p90)", latency_ms(suspends), "within a 50-250 ms slice"),
+        ("resume latency (median / p90)", latency_ms(resumes), ""),
+        (
+            f"migration, {big_params / 1e6:.1f}M-parameter MLP",
+            f"{median(migrate_s):.2f} s (runs: {runs(migrate_s, '{:.2f}')}; step "
+            f"{median([m['step_s'] for m in migrations]):.2f} s, checkpoint "
+            f"{migrations[0]['bytes'] / 2**20:.0f} MiB)",
+            "< 1 s (Gandiva)",
+        ),
+        ("resize 1 -> 2 workers", f"{median([r['up_s'] for r in resizes]):.2f} s", ""),
+        ("resize 2 -> 1 workers", f"{median([r['down_s'] for r in resizes]):.2f} s", ""),
+    ]
+    if fid:
+        rows.append((
+            "simulator fidelity: avg JCT real vs simulated (fifo, 20 ElasticFlow jobs, 4 GPUs)",
+            f"{fid['real_avg_jct_s']:.1f} s vs {fid['sim_avg_jct_s']:.1f} s: "
+            f"{100 * fid['error']:+.1f}% (makespan {fid['real_makespan_s']:.1f} vs "
+            f"{fid['sim_makespan_s']:.1f} s)", "within 15%",
+        ))  # fmt: skip
+    else:
+        rows.append(("simulator fidelity", "not run (--no-fidelity)", "within 15%"))
+    table = "| measure | result | target |\n|---|---|---|\n" + "\n".join(
+        f"| {a} | {b} | {c} |" for a, b, c in rows
+    )
+    body = (
+        f"Device: {args.device_label}. Medians over {args.repeats} repeats (suspend/resume: "
+        f"{len(suspends)} samples). The machine is shared with other work, so the figures are "
+        "noisy; see docs/executor.md for what each one measures.\n\n" + table
+    )
+    path = write_section("executor", "Live executor (Ray)", COMMAND, body)
+    print(body)
+    print(f"wrote {path}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
