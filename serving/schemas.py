@@ -413,3 +413,4 @@ class Readiness(_Model):
     ready: bool
     loaded: list[str]
     missing: list[str]
+    reason: str | None = Field(default=None, description="why not ready")

@@ -69,18 +69,18 @@ def run_window(
         train_step(model, optimizer, built.loss_fn, batch)
     sync = (lambda: torch.cuda.synchronize(dev)) if dev.type == "cuda" else (lambda: None)
     sync()
+    if dev.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(dev)  # the peak of the measured window
     if barrier is not None:
         barrier.wait()
     steps = 0
     with CounterSampler(dev) as sampler:
         start = time.perf_counter()
-        while (elapsed := time.perf_counter() - start) < settings.duration_s:
+        while time.perf_counter() - start < settings.duration_s:
             train_step(model, optimizer, built.loss_fn, batch)
             sync()
             steps += 1
     elapsed = time.perf_counter() - start
-    if dev.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(dev)
     _, _, peak, _ = measure_memory(model, optimizer, built.loss_fn, batch, dev)
     return {"throughput": steps / elapsed, "steps": steps, "mem_mb": peak / MB} | (
         sampler.summary.as_row()

@@ -7,6 +7,7 @@ process is always recorded, from its CPU time over the wall time of the window.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 import time
@@ -62,6 +63,13 @@ def _nvml_handle(device: torch.device) -> object | None:
         return pynvml.nvmlDeviceGetHandleByUUID(uuid)
     except Exception:  # NVML missing, driver too old, or a MIG slice: counters stay missing
         return None
+
+
+def _nvml_shutdown() -> None:
+    import pynvml
+
+    with contextlib.suppress(Exception):
+        pynvml.nvmlShutdown()  # balances the nvmlInit of _nvml_handle (NVML counts them)
 
 
 def _read_gpu(handle: object) -> dict[str, float]:
@@ -125,6 +133,7 @@ class CounterSampler:
         if self._thread is not None:
             self._stop.set()
             self._thread.join()
+            _nvml_shutdown()
         s = self.summary
         s.cpu_util = 100.0 * cpu / (wall * (psutil.cpu_count() or 1)) if wall > 0 else NAN
         count = len(self._gpu["gpu_util"])

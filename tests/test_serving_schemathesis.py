@@ -1,0 +1,58 @@
+"""Robustness: schemathesis generates requests from the OpenAPI schema, valid and invalid
+(bounded examples per operation): no answer is a 500, and a 503 always says why. Runs on a
+real scaling champion; interference has no model (503)."""
+
+from __future__ import annotations
+
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, given, settings
+from schemathesis.generation import GenerationMode
+
+from datasets.fetch import shared_data_available
+from serving import schemas
+from serving.app import create_app
+from serving.settings import Settings
+from training import model_store, trainer
+
+pytestmark = pytest.mark.skipif(
+    not shared_data_available(), reason="the public datasets are not available"
+)
+EXAMPLES_PER_OPERATION = 8
+
+
+@pytest.fixture(scope="module")
+def api_schema():
+    if model_store.load_champion("scaling") is None:
+        trainer.train("scaling", "muri-scaling", model="gbm")
+    app = create_app(Settings(api_key="k", tasks=("scaling", "interference")))
+    return schemathesis.openapi.from_asgi("/openapi.json", app)
+
+
+@pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE])
+def test_no_request_gets_a_server_error(api_schema, mode, monkeypatch) -> None:
+    # generated recommend requests may enumerate up to the limit; keep each call short
+    monkeypatch.setattr(schemas, "MAX_CANDIDATES", 20_000)
+    operations = [result.ok() for result in api_schema.get_all_operations()]
+    assert len(operations) == 9  # every route of the API
+    for operation in operations:
+        if mode is GenerationMode.NEGATIVE and not list(operation.body):
+            continue  # nothing to make invalid (no request body)
+
+        @given(case=operation.as_strategy(generation_mode=mode))
+        @settings(
+            max_examples=EXAMPLES_PER_OPERATION,
+            deadline=None,
+            derandomize=True,
+            database=None,
+            suppress_health_check=list(HealthCheck),
+        )
+        def check(case) -> None:
+            response = case.call()
+            # 503 is the answer for a task without a model, and must say why
+            if response.status_code == 503:
+                assert response.json()["reason"], response.text
+            else:
+                assert response.status_code < 500, f"{case.as_curl_command()}\n{response.text}"
+
+        check()
