@@ -178,3 +178,37 @@ def test_elastic_does_not_resize_for_less_than_five_percent():
     else:
         assert all(plan[j] == kept[j] for j in kept)
     assert sum(a.num_gpus for a in schedule) <= 4
+
+
+def search_workload(n_trials: int, deadline_s: float, scores: list[float]):
+    workload = synthetic_workload([(f"t{i}", 0.0, "slow", 1, 2700.0) for i in range(n_trials)])
+    trials = [
+        Job(j.job_id, 0.0, j.job_type, 1, j.batch_size, j.total_samples, j.duration_s,
+            deadline_s=deadline_s, group="s", max_gpus=1, score=score, curve=1.0)
+        for j, score in zip(workload.jobs, scores, strict=True)
+    ]  # fmt: skip
+    workload.jobs = trials
+    return workload
+
+
+def test_hypersched_promotes_the_best_trial_at_each_rung():
+    # 3 trials on 3 GPUs, eta 3, rungs at 100, 300 and 900 GPU-s of a 2700 GPU-s budget: all
+    # reach the first rung together; only the best (t1) goes on, and being alone in the search
+    # it is then trained to the end; the others stay paused at 100 GPU-s and are stopped
+    workload = search_workload(3, 1e6, [0.7, 0.9, 0.8])
+    result = run(workload, "1x3:v100", "hypersched", restart_s=0.0)
+    jobs = job_table(result).set_index("job_id")
+    assert jobs.loc["t1", "completed"] and jobs.loc["t1", "finish_s"] == pytest.approx(2700.0)
+    assert not jobs.loc["t0", "completed"] and not jobs.loc["t2", "completed"]
+    assert jobs.loc["t0", "gpu_s"] == pytest.approx(100.0)
+    assert jobs.loc["t2", "gpu_s"] == pytest.approx(100.0)
+
+
+def test_hypersched_starts_no_trial_that_cannot_matter_before_the_deadline():
+    # 1 GPU, deadline 150 s: t0 reaches the first rung (100 GPU-s) at 100 s; a new trial would
+    # need 100 s to get that far, past the deadline, so none starts and t0 trains on
+    workload = search_workload(3, 150.0, [0.9, 0.8, 0.7])
+    result = run(workload, "1x1:v100", "hypersched", restart_s=0.0)
+    jobs = job_table(result).set_index("job_id")
+    assert list(jobs.index[jobs["start_s"].notna()]) == ["t0"]
+    assert jobs["finish_s"].max() == pytest.approx(150.0)  # stopped at the deadline

@@ -33,6 +33,7 @@ class Job:
     the user asked for; elastic policies may change them. `total_samples` is the work to do.
     `duration_s` is the traced run time at the requested size (what the oracle knows).
     `group` ties the trials of one hyper-parameter search (hypersched); `deadline_s` is absolute.
+    `score`/`curve` give a trial's learning curve (synthetic searches only).
     """
 
     job_id: str
@@ -48,6 +49,10 @@ class Job:
     group: str | None = None
     min_gpus: int = 1
     max_gpus: int | None = None
+    # hyper-parameter trials: the trial's final validation metric and how fast its learning
+    # curve rises (metric at progress p = score * (1 - exp(-curve * p)) / (1 - exp(-curve)))
+    score: float | None = None
+    curve: float = 5.0
 
 
 @dataclass(slots=True)

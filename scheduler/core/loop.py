@@ -109,6 +109,14 @@ class SchedulingPolicy(Protocol):
         ...
 
 
+class StoppingPolicy(Protocol):
+    """A policy that may end jobs before their work is done (hypersched stops trials)."""
+
+    def stopped(self, ctx: RoundContext) -> list[str]:
+        """Jobs to end now, running or waiting; called after each round."""
+        ...
+
+
 class JobPlacement(Protocol):
     def place(self, schedule: Sequence[Allocation], ctx: RoundContext) -> None:
         """Turn the schedule into decisions, committing each through `ctx.commit`."""

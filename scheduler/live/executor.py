@@ -222,6 +222,7 @@ class RayExecutor:
         """Progress of every live job, completions, and restarts of jobs whose worker died."""
         reports: list[Report] = []
         with self._lock:
+            self._top_up_spares()
             for live in list(self.live.values()):
                 ready, _ = ray.wait(live.joins, num_returns=len(live.joins), timeout=0)
                 outcomes, failure = [], None
@@ -380,16 +381,20 @@ class RayExecutor:
         return latest_checkpoint(self.checkpoint_dir, job_id)
 
     def _worker_on(self, node: int) -> tuple[Any, str]:
-        """A worker on core node `node`: a warm spare if there is one (replaced at once by a
-        new one that starts in the background), else a new one."""
+        """A worker on core node `node`: a warm spare if there is one, else a new one. Spares
+        used up are replaced by `poll`, off the critical path of the launch (a new worker
+        process competes for the node's CPUs while it starts)."""
         if node >= len(self.node_ids):
             raise ExecutorError(f"no node {node}: the Ray cluster has {len(self.node_ids)}")
         spares = self._spares[self.node_ids[node]]
-        if not spares:
-            return self._new_worker(node)
-        taken = spares.pop(0)
-        spares.append(self._new_worker(node))
-        return taken
+        return spares.pop(0) if spares else self._new_worker(node)
+
+    def _top_up_spares(self) -> None:
+        """Start (in the background) the spare workers needed to get back to
+        `spares_per_node` on every node."""
+        for index, node_id in enumerate(self.node_ids):
+            while len(self._spares[node_id]) < self.spares_per_node:
+                self._spares[node_id].append(self._new_worker(index))
 
     def _new_worker(self, node: int) -> tuple[Any, str]:
         name = f"worker-{uuid.uuid4().hex[:12]}"
@@ -405,9 +410,7 @@ class RayExecutor:
         """Start `spares_per_node` spare workers per node and wait until they are up, so the
         next launches skip process start-up and imports."""
         with self._lock:
-            for index, node_id in enumerate(self.node_ids):
-                while len(self._spares[node_id]) < self.spares_per_node:
-                    self._spares[node_id].append(self._new_worker(index))
+            self._top_up_spares()
             handles = [w for spares in self._spares.values() for w, _ in spares]
         ray.get([w.info.remote() for w in handles], timeout=_RPC_TIMEOUT_S)
 

@@ -179,7 +179,8 @@ def score_candidates(
     for q, s in (("", ""), ("_p10", "_p90"), ("_p90", "_p10")):
         out[f"throughput{q}"] = global_batch / step[s]
     out["throughput_per_gpu"] = out["throughput"] / gpus
-    out["scaling_efficiency"] = _efficiency(out)
+    for q in ("", "_p10", "_p90"):
+        out[f"scaling_efficiency{q}"] = _efficiency(out, q)
     price = out["price_per_gpu_hour"].to_numpy(dtype=float)
     # a total time's p10 comes from the p10 step time, i.e. the p90 throughput
     for q, opposite in (("", ""), ("_p10", "_p90"), ("_p90", "_p10")):
@@ -194,14 +195,14 @@ def score_candidates(
     return out
 
 
-def _efficiency(scored: pd.DataFrame) -> np.ndarray:
-    """Throughput per GPU ÷ the same job's throughput on one GPU of the same type at the same
-    local batch size (weak scaling): 1.0 is perfect scaling."""
+def _efficiency(scored: pd.DataFrame, q: str) -> np.ndarray:
+    """Throughput per GPU (its p10/p90 when `q` says so) ÷ the same job's median throughput on
+    one GPU of the same type at the same local batch size (weak scaling): 1.0 is perfect."""
     key = ["gpu_type", "local_batch_size"]
     single = scored.loc[scored["num_gpus"] == 1, [*key, "throughput"]]
     single = single.groupby(key, as_index=False)["throughput"].first()
     reference = scored[key].merge(single, on=key, how="left")["throughput"].to_numpy()
-    return scored["throughput_per_gpu"].to_numpy() / reference
+    return scored[f"throughput{q}"].to_numpy() / scored["num_gpus"].to_numpy() / reference
 
 
 def _rank_columns(objective: Objective, deadline: bool) -> tuple[list[str], list[bool]]:

@@ -155,6 +155,18 @@ class SimulatedExecutor:
                     self.sync(jobs[other], now)
                     self._after_release.add(other)
 
+    def stop(self, state: JobState, now: float, jobs: JobTable) -> None:
+        """A job ended by the policy before its work was done."""
+        if state.job_id not in self.running:
+            return
+        self.sync(state, now)
+        record = self.running.pop(state.job_id)
+        for node, gpu in record.slots:
+            for other in self.cluster.occupants[node][gpu]:
+                if other != state.job_id and other in self.running:
+                    self.sync(jobs[other], now)
+                    self._after_release.add(other)
+
     def refresh(self, jobs: JobTable, now: float) -> None:
         """New rates for the jobs whose GPU neighbours left (call after releasing GPUs)."""
         for job_id in self._after_release:
@@ -222,6 +234,7 @@ def simulate(
     total, arrived, finished, rounds, decisions = len(jobs), 0, 0, 0, 0
     acc = executor.accounting
     wakeup = getattr(policy, "next_wakeup", None)
+    stopping = getattr(policy, "stopped", None)
     timer: float | None = None
     now = jobs[0].submit_time_s if jobs else 0.0
     while finished < total:
@@ -257,6 +270,13 @@ def simulate(
             finished += len(batch) - len(accepted)
         decisions += len(loop.round(now))
         rounds += 1
+        if stopping and (ended := stopping(loop.context(now))):
+            for job_id in ended:
+                executor.stop(loop.jobs[job_id], now, loop.jobs)
+                loop.job_finished(job_id, now)
+                finished += 1
+            executor.refresh(loop.jobs, now)
+            decisions += len(loop.round(now))  # the freed GPUs go to others at once
         timer = wakeup(loop.context(now)) if wakeup else None
         if timer is not None and timer <= now:
             timer = None

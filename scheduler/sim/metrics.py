@@ -1,5 +1,6 @@
 """Metrics of a simulated run, its table and its JCT CDF plot.
 
+Deadline hits count jobs whose work completed by their deadline (a stopped trial does not).
 Finish-time fairness is Themis's rho approximated as JCT over the job's run time alone at its
 requested size (its traced duration): 1 means the job lost nothing to sharing the cluster.
 """
@@ -12,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from scheduler.core.jobs import JobStatus
+from scheduler.policies.hypersched import metric_at
 from scheduler.sim.engine import SimResult
 
 
@@ -32,6 +34,10 @@ def job_table(result: SimResult) -> pd.DataFrame:
             s.attained_gpu_s,
             s.overhead_gpu_s,
             s.job.deadline_s,
+            s.samples_done >= s.job.total_samples * (1 - 1e-9),
+            s.samples_done / s.job.total_samples,
+            s.job.group,
+            metric_at(s, s.samples_done / s.job.total_samples) if s.job.score else None,
         )
         for s in result.jobs.all.values()
         if s.status is JobStatus.DONE
@@ -41,11 +47,23 @@ def job_table(result: SimResult) -> pd.DataFrame:
         columns=[
             "job_id", "job_type", "num_gpus", "submit_s", "start_s", "finish_s", "duration_s",
             "preemptions", "migrations", "resizes", "gpu_s", "overhead_gpu_s", "deadline_s",
+            "completed", "progress", "group", "metric",
         ],
     )  # fmt: skip
+    df["deadline_s"] = pd.to_numeric(df["deadline_s"]).astype(float)
+    df["metric"] = pd.to_numeric(df["metric"]).astype(float)
     df["jct_s"] = df["finish_s"] - df["submit_s"]
     df["queue_s"] = df["start_s"] - df["submit_s"]
     df["ftf"] = df["jct_s"] / df["duration_s"]
+    # a trial still running at its deadline: its progress then, pro rata over its run (exact
+    # for an uninterrupted run), on its learning curve
+    late = df["metric"].notna() & (df["finish_s"] > df["deadline_s"])
+    share = ((df["deadline_s"] - df["start_s"]) / (df["finish_s"] - df["start_s"])).clip(0, 1)
+    df["metric_at_deadline"] = df["metric"]
+    for i in df.index[late]:
+        df.loc[i, "metric_at_deadline"] = metric_at(
+            result.jobs[df.loc[i, "job_id"]], share[i] * df.loc[i, "progress"]
+        )
     return df
 
 
@@ -74,9 +92,13 @@ def summarize(result: SimResult) -> dict[str, float | int | str]:
         "resizes": int(df["resizes"].sum()),
     }
     if has_deadline.any():
-        met = df.loc[has_deadline, "finish_s"] <= df.loc[has_deadline, "deadline_s"]
+        timed = df[has_deadline]
+        met = (timed["finish_s"] <= timed["deadline_s"]) & timed["completed"].astype(bool)
         out["deadline_jobs"] = int(has_deadline.sum())
         out["deadline_hits"] = int(met.sum())
+    if df["metric"].notna().any():  # hyper-parameter searches: best metric by the deadline
+        out["avg_best_metric"] = float(df.groupby("group")["metric_at_deadline"].max().mean())
+        out["trials_started"] = int(df["start_s"].notna().sum())
     return out
 
 

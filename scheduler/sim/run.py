@@ -14,6 +14,7 @@ from scheduler.backends import make_backend
 from scheduler.core.cluster import ClusterSpec, ClusterState
 from scheduler.core.predictions import JobPredictor
 from scheduler.policies import make_policy
+from scheduler.sim import hpsearch
 from scheduler.sim.costs import Costs
 from scheduler.sim.engine import ProgressCallback, SimResult, simulate
 from scheduler.sim.metrics import job_table, plot_jct_cdf, summarize
@@ -37,6 +38,8 @@ def prepare_workload(
 ) -> Workload:
     gpus_per_node = max(g.gpus_per_node for g in spec.groups)
     scaling, interference = load_catalogs(gpus_per_node)
+    if trace == hpsearch.NAME:
+        return hpsearch.synthetic_hpsearch(ClusterState(spec), scaling, interference, seed=seed)
     return build_workload(
         read_trace(trace),
         ClusterState(spec),

@@ -1,0 +1,42 @@
+"""`perfcast simulate` end to end on the shipped Muri testbed trace (first jobs only)."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import requires_data
+from typer.testing import CliRunner
+
+from perfcast.cli import app
+
+runner = CliRunner()
+
+
+@requires_data
+def test_simulate_prints_a_table_and_a_json_last_line(tmp_path):
+    out = tmp_path / "run"
+    result = runner.invoke(
+        app,
+        [
+            "simulate", "--trace", "muri-traces:testbed/cluster_trace", "--cluster", "8x8:v100",
+            "--policy", "srtf-predicted", "--max-jobs", "40", "--out", str(out), "--json",
+        ],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    for key in ("jobs", "avg_jct_s", "p99_jct_s", "makespan_s", "avg_queue_s", "utilization"):
+        assert key in summary
+    assert summary["jobs"] == 40 and 0 < summary["utilization"] <= 1
+    assert summary["avg_jct_s"] <= summary["p99_jct_s"]
+    assert (out / "jct_cdf.png").stat().st_size > 0 and (out / "jobs.csv").exists()
+    assert json.loads((out / "metrics.json").read_text())["policy"] == "srtf-predicted"
+
+
+def test_bad_cluster_spec_is_a_clear_error(tmp_path):
+    trace = tmp_path / "t.csv"
+    trace.write_text("job_id,submit_time_s,num_gpus,duration_s\na,0,1,10\n")
+    result = runner.invoke(
+        app, ["simulate", "--trace", str(trace), "--cluster", "8 by 8", "--policy", "fifo"]
+    )
+    assert result.exit_code == 2
+    assert "cluster spec '8 by 8'" in result.output
