@@ -72,7 +72,7 @@ def test_min_time_ranks_by_time_calls_the_backend_once_and_finds_the_measured_be
     assert top["throughput"].iloc[0] == pytest.approx(_measured_best_throughput("imagenet"))
     assert (top["num_gpus"] <= 16).all() and (top["num_nodes"] <= 4).all()
     np.testing.assert_allclose(top["total_time_s"], WORK.samples / top["throughput"])
-    for name in ("step_time_s", "throughput", "total_time_s", "cost"):
+    for name in ("step_time_s", "throughput", "scaling_efficiency", "total_time_s", "cost"):
         assert (top[f"{name}_p10"] <= top[name] + 1e-12).all()
         assert (top[name] <= top[f"{name}_p90"] + 1e-12).all()
     assert top["reason"].iloc[0].startswith("fastest")
