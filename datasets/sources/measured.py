@@ -52,5 +52,5 @@ def _register(folder: Path) -> None:
         )(_loader(path))
 
 
-for _folder in sorted(p for p in MEASURED_DIR.iterdir() if (p / "meta.json").is_file()):
-    _register(_folder)
+for _folder in sorted(MEASURED_DIR.glob("*/meta.json")):
+    _register(_folder.parent)
