@@ -45,6 +45,8 @@ class Job:
     duration_s: float = math.nan
     gpu_type: str | None = None
     user: str | None = None
+    vc: str | None = None
+    trace_job: str | None = None  # the model name the trace gave (None when the type was drawn)
     deadline_s: float | None = None
     group: str | None = None
     min_gpus: int = 1

@@ -54,7 +54,8 @@ class JobPredictor:
         return batches / self.step_times(keys)
 
     def durations(self, jobs: Sequence[Job]) -> np.ndarray:
-        """Predicted run time of each job at its requested size (the `duration` task)."""
+        """Predicted run time of each job at its requested size (the `duration` task), from
+        what is known at submission (the trace's own model name, never a drawn job type)."""
         missing = [j for j in jobs if j.job_id not in self._duration]
         if missing:
             rows = pd.DataFrame(
@@ -63,7 +64,8 @@ class JobPredictor:
                     "submit_time_s": [j.submit_time_s for j in missing],
                     "num_gpus": [j.num_gpus for j in missing],
                     "user": [j.user for j in missing],
-                    "job": [j.job_type for j in missing],
+                    "vc": [j.vc for j in missing],
+                    "job": [j.trace_job for j in missing],
                     "batch_size": [j.batch_size for j in missing],
                 }
             )

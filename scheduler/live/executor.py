@@ -455,8 +455,9 @@ class RayExecutor:
         where = f"from iteration {ref.iteration}" if ref else "from scratch"
         self.store.log(job_id, "launch", f"attempt {attempt} on {list(gpus)} {where}")
 
-    def _suspend_workers(self, live: _LiveJob) -> None:
-        ok = ray.get([w.suspend.remote() for w in live.workers], timeout=_RPC_TIMEOUT_S)
+    def _suspend_workers(self, live: _LiveJob, release_device: bool = True) -> None:
+        refs = [w.suspend.remote(release_device=release_device) for w in live.workers]
+        ok = ray.get(refs, timeout=_RPC_TIMEOUT_S)
         if not all(ok):
             raise ExecutorError(f"job {live.job_id} ended before it could be suspended")
         live.suspended = True
@@ -488,8 +489,7 @@ class RayExecutor:
 
 class TimeSlicer:
     """Gandiva's time-slicing: jobs sharing GPUs with `share="timeslice"` take turns of
-    `slice_s` seconds, switched at mini-batch boundaries (suspend one, then resume the next,
-    so they never run at once)."""
+    `slice_s` seconds, switched at mini-batch boundaries (see `_rotate`)."""
 
     def __init__(self, executor: RayExecutor, slice_s: float) -> None:
         self.executor, self.slice_s = executor, slice_s
@@ -504,7 +504,7 @@ class TimeSlicer:
             return
         group.append(job_id)
         if len(group) > 1:  # only the first of the group runs
-            self.executor._suspend_workers(self.executor.live[job_id])
+            self.executor._suspend_workers(self.executor.live[job_id], release_device=False)
         if self._thread is None:
             self._thread = threading.Thread(target=self._loop, daemon=True)
             self._thread.start()
@@ -532,16 +532,23 @@ class TimeSlicer:
                     self._rotate(gpus, group)
 
     def _rotate(self, gpus: tuple[GpuSlot, ...], group: list[str]) -> None:
+        """Hand the GPUs to the next job. Suspend and resume are sent together: the next job
+        starts while the current one finishes its mini-batch in flight, so at most one
+        mini-batch overlaps and no time is lost to the round trips. Both stay in GPU memory."""
         live = self.executor.live
         running, waiting = live.get(group[0]), live.get(group[1])
         if running is None or waiting is None:
             return
-        try:
-            self.executor._suspend_workers(running)
+        suspended = [w.suspend.remote(release_device=False) for w in running.workers]
+        resumed = [w.resume.remote() for w in waiting.workers]
+        ok = all(ray.get(suspended, timeout=_RPC_TIMEOUT_S))
+        ray.get(resumed, timeout=_RPC_TIMEOUT_S)
+        waiting.suspended = False
+        if ok:
+            running.suspended = True
             group.append(group.pop(0))
-        except ExecutorError:  # it has just finished: the others go on without it
+        else:  # it has just finished: the others go on without it
             group.pop(0)
             if len(group) <= 1:
                 self.groups.pop(gpus)
-        self.executor._resume_workers(waiting)
         self.switches += 1

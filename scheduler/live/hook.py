@@ -99,6 +99,7 @@ class TrainingHook:
         self._suspensions = 0  # times the loop has suspended
         self._resumes = 0  # suspensions ended so far
         self._ended = False
+        self._release_device = True
         self._last_boundary: float | None = None
 
     # ---- job side -------------------------------------------------------------------------
@@ -149,14 +150,16 @@ class TrainingHook:
         return True
 
     # ---- control side (called from the worker's other threads) ----------------------------
-    def request_suspend(self, timeout_s: float = 60.0) -> bool:
+    def request_suspend(self, timeout_s: float = 60.0, release_device: bool = True) -> bool:
         """Ask the loop to suspend at its next boundary and wait until it has. False if the
-        loop ended (or did not reach a boundary in time) first."""
+        loop ended (or did not reach a boundary in time) first. `release_device=False` keeps
+        the state on the GPU (time-slicing between jobs that both fit in its memory)."""
         with self._cond:
             if self.status.suspended:
                 return True
             target = self._suspensions + 1
             self._pending = Command.SUSPEND
+            self._release_device = release_device
             self._cond.wait_for(lambda: self._suspensions >= target or self._ended, timeout_s)
             return self._suspensions >= target
 
@@ -202,7 +205,7 @@ class TrainingHook:
         return Command(int(code.item()))
 
     def _suspend_here(self) -> None:
-        offload = self.device.type == "cuda" and self.world_size == 1
+        offload = self._release_device and self.device.type == "cuda" and self.world_size == 1
         if offload:  # release the device: keep the state in host memory while suspended
             self._move_state(torch.device("cpu"))
             torch.cuda.empty_cache()

@@ -94,9 +94,9 @@ class TrainingWorker:
             **hook_status,
         }
 
-    def suspend(self, timeout_s: float = 60.0) -> bool:
+    def suspend(self, timeout_s: float = 60.0, release_device: bool = True) -> bool:
         hook = self._wait_for_hook()
-        return hook.request_suspend(timeout_s) if hook else False
+        return hook.request_suspend(timeout_s, release_device) if hook else False
 
     def resume(self) -> None:
         if self._hook:

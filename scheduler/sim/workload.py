@@ -118,9 +118,9 @@ def build_workload(
     }
     gpu_type = Counter(cluster.node_type).most_common(1)[0][0]
     start = float(table["submit_time_s"].min())
-    names = table["job"].astype(str).str.lower() if "job" in table else None
+    names = table["job"].astype("string").str.lower() if "job" in table else None
     batches = table.get("batch_size")
-    users = table["user"] if "user" in table else table.get("vc")
+    users, vcs = table.get("user"), table.get("vc")
     deadlines = table.get("deadline_s")
     jobs, drawn = [], 0
     for i, (job_id, submit, gpus, duration) in enumerate(
@@ -138,7 +138,8 @@ def build_workload(
         if gpus > cluster.total_gpus:
             dropped["asks for more GPUs than the cluster has"] += 1
             continue
-        job_type = names.iat[i] if names is not None else None
+        trace_job = None if names is None or pd.isna(names.iat[i]) else str(names.iat[i])
+        job_type = trace_job
         if job_type is None or not scaling.has(job_type):
             job_type = _draw(job_id, seed, by_size[gpus])
             drawn += 1
@@ -162,6 +163,8 @@ def build_workload(
                 total_samples=float(duration) * rate,
                 duration_s=float(duration),
                 user=None if users is None or pd.isna(users.iat[i]) else str(users.iat[i]),
+                vc=None if vcs is None or pd.isna(vcs.iat[i]) else str(vcs.iat[i]),
+                trace_job=trace_job,
                 deadline_s=deadline,
                 max_gpus=int(np.clip(2 * gpus, 1, cluster.total_gpus)),
             )
