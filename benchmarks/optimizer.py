@@ -14,6 +14,7 @@ Run: `.venv/bin/python -m benchmarks.optimizer` (writes section `optimizer` of d
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 
@@ -190,7 +191,12 @@ def config_section() -> str:
 
 def main() -> None:
     np.seterr(all="ignore")
-    body = "### Elastic allocation (MASCOTS'20 DP)\n\n" + elastic_section()
+    load = os.getloadavg()[0]
+    body = (
+        f"Load average when started: {load:.1f} on {os.cpu_count()} CPUs (other work shares the "
+        "machine; times are wall-clock).\n\n### Elastic allocation (MASCOTS'20 DP)\n\n"
+        + elastic_section()
+    )
     body += "\n\n### One-job configuration scoring\n\n" + config_section()
     path = write_section("optimizer", "Optimizer", COMMAND, body)
     print(body)
