@@ -179,8 +179,10 @@ def score_candidates(
     for q, s in (("", ""), ("_p10", "_p90"), ("_p90", "_p10")):
         out[f"throughput{q}"] = global_batch / step[s]
     out["throughput_per_gpu"] = out["throughput"] / gpus
+    reference = _single_gpu_throughput(out)
     for q in ("", "_p10", "_p90"):
-        out[f"scaling_efficiency{q}"] = _efficiency(out, q)
+        # per-GPU throughput ÷ one GPU's median throughput (same type and local batch)
+        out[f"scaling_efficiency{q}"] = out[f"throughput{q}"].to_numpy() / gpus / reference
     price = out["price_per_gpu_hour"].to_numpy(dtype=float)
     # a total time's p10 comes from the p10 step time, i.e. the p90 throughput
     for q, opposite in (("", ""), ("_p10", "_p90"), ("_p90", "_p10")):
@@ -195,14 +197,13 @@ def score_candidates(
     return out
 
 
-def _efficiency(scored: pd.DataFrame, q: str) -> np.ndarray:
-    """Throughput per GPU (its p10/p90 when `q` says so) ÷ the same job's median throughput on
-    one GPU of the same type at the same local batch size (weak scaling): 1.0 is perfect."""
+def _single_gpu_throughput(scored: pd.DataFrame) -> np.ndarray:
+    """For each row: the same job's throughput on one GPU of the same type at the same local
+    batch size, the reference of (weak) scaling efficiency."""
     key = ["gpu_type", "local_batch_size"]
     single = scored.loc[scored["num_gpus"] == 1, [*key, "throughput"]]
     single = single.groupby(key, as_index=False)["throughput"].first()
-    reference = scored[key].merge(single, on=key, how="left")["throughput"].to_numpy()
-    return scored[f"throughput{q}"].to_numpy() / scored["num_gpus"].to_numpy() / reference
+    return scored[key].merge(single, on=key, how="left")["throughput"].to_numpy()
 
 
 def _rank_columns(objective: Objective, deadline: bool) -> tuple[list[str], list[bool]]:
@@ -243,30 +244,38 @@ def recommend(
     candidates = enumerate_candidates(job, pools, local_batch_sizes, gpu_counts)
     scored = score_candidates(candidates, backend, work)
     notes: list[str] = []
-    known = scored[scored["in_search"] & np.isfinite(scored["step_time_s"])]
-    unpredicted = int(scored["in_search"].sum()) - len(known)
+
+    # Select and rank on numpy columns; only the top rows are taken from the wide frame.
+    def column(name: str) -> np.ndarray:
+        return scored[name].to_numpy(dtype=float)
+
+    in_search = scored["in_search"].to_numpy(dtype=bool)
+    eligible = in_search & np.isfinite(column("step_time_s"))
+    unpredicted = int(in_search.sum() - eligible.sum())
     if unpredicted:
         notes.append(f"{unpredicted} candidate(s) without a predicted step time were dropped")
-    pool = known
     if objective == "min_cost" or max_cost is not None:
-        priced = known["price_per_gpu_hour"].notna()
-        if not priced.any():
+        priced = np.isfinite(column("price_per_gpu_hour"))
+        if not (eligible & priced).any():
             raise PerfcastError("min_cost and max_cost need a price_per_gpu_hour on some pool")
-        if (~priced).any():
+        if (eligible & ~priced).any():
             notes.append("pools without a price were left out of the cost ranking")
-        pool = pool[priced]
-    feasible = pool
+        eligible &= priced
+    feasible = eligible.copy()
     if deadline_s is not None:
-        feasible = feasible[feasible["total_time_s_p90"] <= deadline_s]
+        feasible &= column("total_time_s_p90") <= deadline_s
     if max_cost is not None:
-        feasible = feasible[feasible["cost"] <= max_cost]
-    if feasible.empty:
-        raise NoFeasibleConfigError(_nothing_feasible(pool, deadline_s, max_cost))
+        feasible &= column("cost") <= max_cost
+    if not feasible.any():
+        raise NoFeasibleConfigError(_nothing_feasible(scored[eligible], deadline_s, max_cost))
+    rows = np.flatnonzero(feasible)
     columns, ascending = _rank_columns(objective, deadline_s is not None)
-    if deadline_s is not None and feasible["cost"].isna().all():
+    if deadline_s is not None and np.isnan(column("cost")[rows]).all():
         columns, ascending = columns[1:], ascending[1:]
-    top = feasible.sort_values(columns, ascending=ascending, kind="stable").head(top_k)
-    top = top.drop(columns=["in_search"]).reset_index(drop=True)
+    # lexsort: the last key is the primary one; it is stable, and NaN sorts last
+    keys = [column(c)[rows] * (1 if up else -1) for c, up in zip(columns, ascending, strict=True)]
+    best = rows[np.lexsort(keys[::-1])[:top_k]]
+    top = scored.iloc[best].drop(columns=["in_search"]).reset_index(drop=True)
     top["placement"] = top["placement"].astype("string")
     top["reason"] = _reasons(top, scored, objective, deadline_s, max_cost)
     return Recommendation(
@@ -274,7 +283,7 @@ def recommend(
         objective=objective if deadline_s is None else f"deadline {deadline_s:g} s",
         candidates=len(scored),
         unpredicted=unpredicted,
-        infeasible=len(pool) - len(feasible),
+        infeasible=int(eligible.sum() - feasible.sum()),
         notes=notes,
     )
 
