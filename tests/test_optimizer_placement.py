@@ -137,3 +137,5 @@ def test_bad_input_is_refused() -> None:
         place([job], _one_gpu(), MeasuredBackend())
     with pytest.raises(PerfcastError, match="node 'n0'"):
         place([], [Node("n0", "v100", 0, V100_MB)], MeasuredBackend())
+    with pytest.raises(PerfcastError, match="no nodes"):
+        place([job], [], MeasuredBackend())

@@ -62,6 +62,8 @@ class PlacementPlan:
 
 
 def _validate(jobs: Sequence[PlacementJob], nodes: Sequence[Node]) -> None:
+    if jobs and not nodes:
+        raise PerfcastError("no nodes to place jobs on")
     names = [n.name for n in nodes]
     if len(set(names)) != len(names):
         raise PerfcastError("node names must be unique")
