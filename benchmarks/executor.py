@@ -4,9 +4,9 @@ latency, and the simulator's fidelity to a real run.
 Run: `.venv/bin/python -m benchmarks.executor` (writes section `executor` of
 docs/BENCHMARKS.md; `--device-label` names the machine, `--no-fidelity` skips the trace run).
 
-- Time-slicing: two identical-work MLP jobs (different seeds) time-sliced on one GPU with
-  200 ms slices vs each alone; overhead = sliced wall time / (alone A + alone B) - 1 (Gandiva:
-  under 2%). Wall time is from the first worker's restore to the last one's end.
+- Time-slicing: the work rate (iterations/s) of two identical MLP jobs (different seeds)
+  time-sliced on one GPU with 200 ms slices vs one of them alone on it, the two phases
+  alternated 5 times; overhead = 1 - median sliced rate / median alone rate (Gandiva: < 2%).
 - Suspend / resume latency: request to acknowledged at a mini-batch boundary (suspend waits
   for the step in flight), on a running job, 20 times.
 - Migration of a ~25M-parameter MLP to another GPU: request to restored on the target
@@ -35,6 +35,7 @@ import ray
 import torch
 
 from benchmarks.report import write_section
+from scheduler.live.checkpoint import load_checkpoint, save_checkpoint
 from scheduler.live.executor import Finished, RayExecutor
 from scheduler.live.models import build_model, num_parameters
 from scheduler.live.runner import LiveRunner
@@ -45,7 +46,7 @@ from scheduler.policies import make_policy
 from scheduler.sim.workload import read_trace
 
 COMMAND = ".venv/bin/python -m benchmarks.executor"
-SLICE_JOB = JobSpec(name="slice", width=256, depth=3, batch_size=64, iterations=600)
+SLICE_JOB = JobSpec(name="slice", width=256, depth=3, batch_size=64, iterations=10**7)
 BIG_JOB = JobSpec(name="big", width=4900, depth=2, batch_size=8, iterations=10**6)
 SMALL_JOB = JobSpec(name="small", width=256, depth=2, batch_size=32, iterations=10**6)
 
@@ -86,25 +87,60 @@ class Bench:
             time.sleep(0.002)
 
 
-def timeslice_overhead(b: Bench) -> dict[str, float]:
-    alone = []
-    for seed in (1, 2):
-        job = b.submit(SLICE_JOB.model_copy(update={"seed": seed}))
-        b.ex.run(job, ((0, 0),), SLICE_JOB.batch_size, "exclusive")
-        f = b.wait([job])[job]
-        alone.append(f.ended_unix - f.restored_unix)
-    jobs = [b.submit(SLICE_JOB.model_copy(update={"seed": seed})) for seed in (1, 2)]
-    switches = b.ex.slicer.switches
-    b.ex.run(jobs[0], ((0, 1),), SLICE_JOB.batch_size, "exclusive")
-    b.ex.run(jobs[1], ((0, 1),), SLICE_JOB.batch_size, "timeslice")
-    done = b.wait(jobs)
-    sliced = max(f.ended_unix for f in done.values()) - min(f.restored_unix for f in done.values())
+def iterations_per_s(b: Bench, job_ids: list[str], window_s: float) -> float:
+    """Iterations completed by `job_ids` together per second, over `window_s`."""
+
+    def total() -> tuple[float, int]:
+        statuses = ray.get([b.ex.live[j].workers[0].status.remote() for j in job_ids])
+        return time.perf_counter(), sum(s["iteration"] for s in statuses)
+
+    t0, n0 = total()
+    time.sleep(window_s)
+    t1, n1 = total()
+    return (n1 - n0) / (t1 - t0)
+
+
+def timeslice_overhead(b: Bench, cycles: int = 5, window_s: float = 2.0) -> dict[str, float]:
+    """Work rate of two jobs time-sliced on one GPU vs one of them alone there. The two
+    phases alternate `cycles` times (the second job is suspended for the alone phase) and
+    medians are compared, so that the machine's load hits both alike."""
+    a, c = (b.submit(SLICE_JOB.model_copy(update={"seed": seed})) for seed in (1, 2))
+    gpu = ((0, 1),)
+    b.ex.run(a, gpu, SLICE_JOB.batch_size, "exclusive")
+    b.ex.run(c, gpu, SLICE_JOB.batch_size, "timeslice")
+    b.ex.wait_until(c, 20)
+    alone, sliced, switches = [], [], 0
+    for _ in range(cycles):
+        b.ex.suspend(c)
+        alone.append(iterations_per_s(b, [a], window_s))
+        b.ex.run(c, gpu, SLICE_JOB.batch_size, "timeslice")
+        before = b.ex.slicer.switches
+        sliced.append(iterations_per_s(b, [a, c], window_s))
+        switches += b.ex.slicer.switches - before
+    b.stop(c)
+    b.stop(a)
     return {
-        "alone_s": sum(alone),
-        "sliced_s": sliced,
-        "overhead": sliced / sum(alone) - 1,
-        "switches": b.ex.slicer.switches - switches,
+        "alone_it_s": median(alone),
+        "sliced_it_s": median(sliced),
+        "overhead": 1 - median(sliced) / median(alone),
+        "switches_per_s": switches / (cycles * window_s),
     }
+
+
+def checkpoint_costs(root: Path) -> dict[str, float]:
+    """Save (serialize, sha256, write, fsync, rename) and load (read, verify, deserialize) of
+    the big job's model and optimizer state, in this process."""
+    model = build_model(BIG_JOB)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    model(torch.randn(BIG_JOB.batch_size, BIG_JOB.input_dim)).sum().backward()
+    optimizer.step()
+    state = {"iteration": 1, "model": model.state_dict(), "optimizer": optimizer.state_dict()}
+    t0 = time.perf_counter()
+    ref = save_checkpoint(root / "big.ckpt", state)
+    t1 = time.perf_counter()
+    load_checkpoint(ref.path, ref.sha256)
+    t2 = time.perf_counter()
+    return {"save_s": t1 - t0, "load_s": t2 - t1}
 
 
 def suspend_resume(b: Bench, times: int = 20) -> tuple[list[float], list[float]]:
@@ -222,7 +258,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="perfcast-executor-") as tmp:
         root = Path(tmp)
         bench = Bench(root)
-        slices, suspends, resumes, migrations, resizes = [], [], [], [], []
+        slices, suspends, resumes, migrations, resizes, costs = [], [], [], [], [], []
         for r in range(args.repeats):
             print(f"repeat {r + 1}/{args.repeats}", file=sys.stderr)
             slices.append(timeslice_overhead(bench))
@@ -231,6 +267,7 @@ def main() -> None:
             resumes += u
             migrations.append(migration(bench))
             resizes.append(resize(bench))
+            costs.append(checkpoint_costs(root))
         bench.ex.shutdown()
         fid = None if args.no_fidelity else fidelity(root, args.time_scale, 0.05)
     ray.shutdown()
@@ -245,10 +282,10 @@ def main() -> None:
             "< 2% (Gandiva)",
         ),
         (
-            "  alone A + alone B / sliced wall time",
-            f"{median([s['alone_s'] for s in slices]):.2f} s / "
-            f"{median([s['sliced_s'] for s in slices]):.2f} s, "
-            f"{median([s['switches'] for s in slices]):.0f} switches",
+            "  iterations/s: one job alone / two jobs time-sliced",
+            f"{median([s['alone_it_s'] for s in slices]):.0f} / "
+            f"{median([s['sliced_it_s'] for s in slices]):.0f}, "
+            f"{median([s['switches_per_s'] for s in slices]):.1f} switches/s",
             "",
         ),
         ("suspend latency (median / p90)", latency_ms(suspends), "within a 50-250 ms slice"),
@@ -259,6 +296,12 @@ def main() -> None:
             f"{median([m['step_s'] for m in migrations]):.2f} s, checkpoint "
             f"{migrations[0]['bytes'] / 2**20:.0f} MiB)",
             "< 1 s (Gandiva)",
+        ),
+        (
+            "  of which: checkpoint save / load of that state, in-process",
+            f"{median([c['save_s'] for c in costs]):.2f} s / "
+            f"{median([c['load_s'] for c in costs]):.2f} s",
+            "",
         ),
         ("resize 1 -> 2 workers", f"{median([r['up_s'] for r in resizes]):.2f} s", ""),
         ("resize 2 -> 1 workers", f"{median([r['down_s'] for r in resizes]):.2f} s", ""),

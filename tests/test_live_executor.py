@@ -57,14 +57,20 @@ def submit(ex: RayExecutor, job_id: str, spec: JobSpec = SPEC) -> None:
     ex.store.add_job(job_id, spec.model_dump(), 0.0)
 
 
-def wait_finished(ex: RayExecutor, job_id: str, timeout_s: float = 60) -> Finished:
+def wait_all_finished(ex: RayExecutor, *job_ids: str, timeout_s: float = 90) -> dict:
+    done: dict[str, Finished] = {}
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and len(done) < len(job_ids):
         for report in ex.poll():
-            if isinstance(report, Finished) and report.job_id == job_id:
-                return report
+            if isinstance(report, Finished) and report.job_id in job_ids:
+                done[report.job_id] = report
         time.sleep(0.05)
-    raise AssertionError(f"{job_id} did not finish")
+    assert set(done) == set(job_ids), f"unfinished: {set(job_ids) - set(done)}"
+    return done
+
+
+def wait_finished(ex: RayExecutor, job_id: str) -> Finished:
+    return wait_all_finished(ex, job_id)[job_id]
 
 
 def final_state(ex: RayExecutor, job_id: str) -> dict:
@@ -172,6 +178,6 @@ def test_timesliced_jobs_take_turns_and_both_finish(executor):
             checks += 1
         time.sleep(0.03)
     assert checks >= 5
-    for job_id in ("s1", "s2"):
-        assert wait_finished(executor, job_id).iteration == long.iterations
+    for done in wait_all_finished(executor, "s1", "s2").values():
+        assert done.iteration == long.iterations
     assert executor.slicer.switches >= 2
