@@ -97,6 +97,9 @@ def iterations_per_s(b: Bench, job_ids: list[str], window_s: float) -> float:
     t0, n0 = total()
     time.sleep(window_s)
     t1, n1 = total()
+    if n1 == n0:
+        statuses = ray.get([b.ex.live[j].workers[0].status.remote() for j in job_ids])
+        raise RuntimeError(f"no progress in {window_s} s: {statuses}")
     return (n1 - n0) / (t1 - t0)
 
 

@@ -181,3 +181,32 @@ def test_timesliced_jobs_take_turns_and_both_finish(executor):
     for done in wait_all_finished(executor, "s1", "s2").values():
         assert done.iteration == long.iterations
     assert executor.slicer.switches >= 2
+
+
+def test_runner_carries_out_operator_commands_through_the_core_loop(executor):
+    from scheduler.live.runner import LiveRunner
+    from scheduler.policies import make_policy
+
+    runner = LiveRunner(executor, executor.store, make_policy("fifo"), round_s=0.05)
+    runner.submit("op", SPEC.model_copy(update={"iterations": 400, "min_step_time_s": 0.005}))
+
+    def step_until(condition, limit=400):
+        for _ in range(limit):
+            runner.step()
+            if condition():
+                return
+            time.sleep(0.05)
+        raise AssertionError("condition not reached")
+
+    step_until(lambda: executor.store.job("op").status == "running")
+    target = next(g for g in ((0, 2), (0, 3), (0, 1)) if g not in executor.store.job("op").gpus)
+    command = executor.store.add_command("op", "migrate", {"gpus": [list(target)]})
+    step_until(lambda: executor.store.command_outcome(command) is not None)
+    assert executor.store.command_outcome(command).startswith("done")
+    assert runner.loop.jobs["op"].gpus == (target,) and runner.loop.jobs["op"].migrations == 1
+    assert executor.store.job("op").gpus == (target,)
+    refused = executor.store.add_command("op", "migrate", {"gpus": [[0, 0], [0, 1]]})
+    step_until(lambda: executor.store.command_outcome(refused) is not None)
+    assert executor.store.command_outcome(refused).startswith("refused")
+    step_until(lambda: executor.store.job("op").status == "done", limit=2000)
+    assert runner.loop.jobs["op"].samples_done == runner.loop.jobs["op"].job.total_samples

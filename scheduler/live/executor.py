@@ -125,6 +125,7 @@ class RayExecutor:
         self.checkpoint_dir = Path(checkpoint_dir)
         self.node_ids = [n["NodeID"] for n in gpu_nodes()]
         self.live: dict[str, _LiveJob] = {}
+        self._reports: list[Report] = []  # found outside `poll`, returned by the next one
         self.spares_per_node = spares_per_node
         self.worker_threads = worker_threads
         self._spares: dict[str, list[tuple[Any, str]]] = {n: [] for n in self.node_ids}
@@ -172,7 +173,11 @@ class RayExecutor:
             live = self._live(job_id)
             start = time.perf_counter()
             if not live.suspended:
-                self._suspend_workers(live)
+                try:
+                    self._suspend_workers(live)
+                except ExecutorError:  # it finished first: `poll` reports it
+                    self.store.log(job_id, "suspend", "too late: the job had finished")
+                    return time.perf_counter() - start
             self.store.update_job(job_id, status="suspended")
             self.store.log(job_id, "suspend")
             return time.perf_counter() - start
@@ -195,6 +200,9 @@ class RayExecutor:
             start = time.perf_counter()
             live = self._live(job_id)
             outcomes = self._stop_workers(live, why)
+            if outcomes[0]["status"] == "finished":  # it finished first: nothing to move
+                self._reports.append(self._record_finished(live, outcomes[0]))
+                return time.perf_counter() - start
             ckpt = outcomes[0].get("last_checkpoint")
             ref = CheckpointRef(**ckpt) if ckpt else self._restore_point(job_id)
             if ref is not None:
@@ -220,8 +228,9 @@ class RayExecutor:
     # ---- monitoring ------------------------------------------------------------------------
     def poll(self) -> list[Report]:
         """Progress of every live job, completions, and restarts of jobs whose worker died."""
-        reports: list[Report] = []
         with self._lock:
+            reports: list[Report | None] = list(self._reports)
+            self._reports.clear()
             self._top_up_spares()
             for live in list(self.live.values()):
                 ready, _ = ray.wait(live.joins, num_returns=len(live.joins), timeout=0)
@@ -269,6 +278,9 @@ class RayExecutor:
         self.slicer.remove(live.job_id)
         self.live.pop(live.job_id)
         self._release_workers(live)
+        return self._record_finished(live, outcome)
+
+    def _record_finished(self, live: _LiveJob, outcome: dict[str, Any]) -> Finished:
         if outcome.get("last_checkpoint"):
             self.store.record_checkpoint(live.job_id, CheckpointRef(**outcome["last_checkpoint"]))
         self.store.update_job(

@@ -133,11 +133,11 @@ class TrainingHook:
             self._record_step_time(elapsed)
         self.status.iteration = iteration
         self.status.samples_done += self.global_batch
+        finished = self.status.samples_done >= self.spec.total_samples
         command = self._agree_on_command()
-        while command is Command.SUSPEND:
+        while command is Command.SUSPEND and not finished:  # a finished job just ends
             self._suspend_here()
             command = self._agree_on_command()  # resumed, or asked to exit while suspended
-        finished = self.status.samples_done >= self.spec.total_samples
         if command is Command.EXIT or finished:
             self._checkpoint(iteration)
             self.status.exit_reason = "finished" if finished else self._pending_reason
@@ -155,7 +155,7 @@ class TrainingHook:
         loop ended (or did not reach a boundary in time) first. `release_device=False` keeps
         the state on the GPU (time-slicing between jobs that both fit in its memory)."""
         with self._cond:
-            if self.status.suspended:
+            if self._suspensions > self._resumes:  # suspended and not yet told to resume
                 return True
             target = self._suspensions + 1
             self._pending = Command.SUSPEND
