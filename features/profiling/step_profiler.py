@@ -9,6 +9,7 @@ CUDA, and the activations autograd saves (measured on one extra, untimed step) o
 
 from __future__ import annotations
 
+import contextlib
 import math
 import statistics
 import time
@@ -157,9 +158,7 @@ def _timed_steps(
     dev: torch.device,
     sampler: CounterSampler | None,
 ) -> list[float]:
-    if sampler:
-        sampler.__enter__()
-    try:
+    with sampler if sampler else contextlib.nullcontext():
         if dev.type == "cuda":
             events = [
                 (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
@@ -177,9 +176,6 @@ def _timed_steps(
             train_step(model, optimizer, loss_fn, batch)
             times.append(time.perf_counter() - t0)
         return times
-    finally:
-        if sampler:
-            sampler.__exit__(None, None, None)
 
 
 def measure_memory(
