@@ -39,6 +39,8 @@ class ElasticPolicy:
 
     def __init__(self, min_gain: float = 0.05) -> None:
         self.min_gain = min_gain
+        # a job's options only change with its current size: built once per size
+        self._cache: dict[tuple[str, int, int], ElasticJob] = {}
 
     def schedule(self, ctx: RoundContext) -> list[Allocation]:
         states = list(ctx.jobs.active.values())
@@ -69,7 +71,9 @@ class ElasticPolicy:
         predictor = ctx.predictor
         options: list[list[tuple[int, int]]] = []
         keys: list[ScalingKey] = []
-        for state in states:
+        key_of = {s.job_id: (s.job_id, s.num_gpus, s.batch_size) for s in states}
+        todo = [s for s in states if key_of[s.job_id] not in self._cache]
+        for state in todo:
             job = state.job
             local = max(1, job.batch_size // job.num_gpus)
             configs = {(job.num_gpus, job.batch_size)}
@@ -81,20 +85,17 @@ class ElasticPolicy:
             options.append(ordered)
             keys += [predictor.scaling_key(job.job_type, gpu_type, n, b) for n, b in ordered]
             keys.append(predictor.scaling_key(job.job_type, gpu_type, job.num_gpus, job.batch_size))
-        rates = iter(predictor.throughputs(keys))
-        out = []
-        for state, configs in zip(states, options, strict=True):
+        rates = iter(predictor.throughputs(keys) if keys else [])
+        for state, configs in zip(todo, options, strict=True):
             throughput = {c: float(next(rates)) for c in configs}
             reference = float(next(rates))
-            out.append(
-                ElasticJob(
-                    state.job_id,
-                    throughput,
-                    max_gpus=max(n for n, _ in configs),
-                    weight=1.0 / reference,
-                )
+            self._cache[key_of[state.job_id]] = ElasticJob(
+                state.job_id,
+                throughput,
+                max_gpus=max(n for n, _ in configs),
+                weight=1.0 / reference,
             )
-        return out
+        return [self._cache[key_of[s.job_id]] for s in states]
 
 
 def value(jobs: list[ElasticJob], plan: dict[str, tuple[int, int]]) -> float:
