@@ -15,6 +15,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from perfcast.errors import ContractError, PerfcastError
+from serving.batching import PredictionBatcher
 from serving.metrics import ServiceMetrics
 from serving.middleware import BodySizeLimitMiddleware, MetricsMiddleware
 from serving.models import ModelUnavailableError, ServedModels
@@ -40,6 +41,7 @@ def create_app(settings: Settings | None = None, models: ServedModels | None = N
         version="1",
     )
     app.state.settings, app.state.models, app.state.metrics = settings, models, metrics
+    app.state.batcher = PredictionBatcher(models)
     for router in (predict.router, decide.router, models_routes.router, health.router):
         app.include_router(router)
     app.add_exception_handler(ModelUnavailableError, _unavailable)

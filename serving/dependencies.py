@@ -7,6 +7,7 @@ from typing import Annotated
 
 from fastapi import Depends, Header, HTTPException, Request
 
+from serving.batching import PredictionBatcher
 from serving.metrics import ServiceMetrics
 from serving.models import ServedModels
 from serving.settings import Settings
@@ -18,6 +19,10 @@ def get_settings(request: Request) -> Settings:
 
 def get_models(request: Request) -> ServedModels:
     return request.app.state.models
+
+
+def get_batcher(request: Request) -> PredictionBatcher:
+    return request.app.state.batcher
 
 
 def get_metrics(request: Request) -> ServiceMetrics:
@@ -41,3 +46,4 @@ def require_api_key(
 
 
 Models = Annotated[ServedModels, Depends(get_models)]
+Batcher = Annotated[PredictionBatcher, Depends(get_batcher)]

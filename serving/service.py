@@ -7,11 +7,13 @@ import math
 
 import numpy as np
 import pandas as pd
+from starlette.concurrency import run_in_threadpool
 
 from perfcast.errors import PerfcastError
 from predictor.backend import TASK_TABLES, PredictionBackend
 from scheduler.optimizer import configs, elastic, placement
 from serving import schemas
+from serving.batching import PredictionBatcher
 from serving.models import ServedModels, missing_reason
 
 
@@ -29,16 +31,17 @@ def _finite_or_none(frame: pd.DataFrame) -> list[dict[str, object]]:
     return clean.to_dict("records")
 
 
-def predict(models: ServedModels, task: str, rows: list[dict]) -> schemas.PredictResponse:
+async def predict(
+    models: ServedModels, batcher: PredictionBatcher, task: str, rows: list[dict]
+) -> schemas.PredictResponse:
     ref = model_ref(models, task)  # 503 before any work when there is no model
-    out = models.predict(task, pd.DataFrame.from_records(rows))
+    frame = await run_in_threadpool(pd.DataFrame.from_records, rows)
+    out = await batcher.predict(task, frame)
     if task == "runtime":
         out = out.reset_index()  # one prediction per sample_id: say which
+    predictions = await run_in_threadpool(_finite_or_none, out)
     return schemas.PredictResponse(
-        task=task,
-        model=ref,
-        targets=list(TASK_TABLES[task][1]),
-        predictions=_finite_or_none(out),
+        task=task, model=ref, targets=list(TASK_TABLES[task][1]), predictions=predictions
     )
 
 

@@ -284,3 +284,30 @@ def test_cli_recommend_allocate_place_run_the_same_code(app, tmp_path) -> None:
                    "local_batch_sizes: [64]\n")  # fmt: skip
     out = runner.invoke(perfcast_cli, ["recommend", str(bad)])
     assert out.exit_code == 2 and "pools.0.gpu_type" in out.output
+
+
+def test_concurrent_requests_are_batched_with_the_same_answers(app, local) -> None:
+    import asyncio
+
+    import httpx
+
+    good = [{**ROW, "num_gpus": g, "local_batch_size": b} for g in (1, 2, 4, 8) for b in (32, 64)]
+    bad = {**ROW, "local_batch_size": 0}
+
+    async def send_all(rows: list[dict]) -> list[httpx.Response]:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            posts = [client.post("/v1/predict/scaling", json={"rows": [r]}) for r in rows]
+            return await asyncio.gather(*posts)
+
+    calls = app.state.batcher.calls
+    answers = asyncio.run(send_all(good))
+    assert app.state.batcher.calls - calls < len(good)  # fewer predictor calls than requests
+    assert all(a.status_code == 200 for a in answers)
+    got = pd.DataFrame([a.json()["predictions"][0] for a in answers])
+    want = pd.concat([local.predict("scaling", pd.DataFrame([r])) for r in good])
+    np.testing.assert_allclose(got.to_numpy(), want[got.columns].to_numpy())
+    # a bad row fails its own request only
+    answers = asyncio.run(send_all([*good[:3], bad, *good[3:]]))
+    assert [a.status_code for a in answers] == [200] * 3 + [422] + [200] * (len(good) - 3)
+    assert answers[3].json()["detail"][0]["loc"] == ["body", "rows", 0, "local_batch_size"]

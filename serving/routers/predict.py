@@ -6,7 +6,7 @@ from fastapi import APIRouter
 
 from predictor.backend import Task
 from serving import service
-from serving.dependencies import Models
+from serving.dependencies import Batcher, Models
 from serving.schemas import PredictRequest, PredictResponse
 
 router = APIRouter(prefix="/v1/predict", tags=["predict"])
@@ -18,7 +18,9 @@ ERRORS = {
 
 
 @router.post("/{task}", response_model=PredictResponse, responses=ERRORS)
-def predict(task: Task, body: PredictRequest, models: Models) -> PredictResponse:
+async def predict(
+    task: Task, body: PredictRequest, models: Models, batcher: Batcher
+) -> PredictResponse:
     """Predict `task` for up to 10,000 rows (runtime: graph node rows, one answer per
     sample_id)."""
-    return service.predict(models, task, body.rows)
+    return await service.predict(models, batcher, task, body.rows)

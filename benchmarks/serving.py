@@ -1,0 +1,217 @@
+"""Serving latency: the service in its own process on loopback, loaded from this process.
+
+Measures (docs/BENCHMARKS.md, section `serving`):
+- single-row `POST /v1/predict/scaling` at a fixed arrival rate (default 200 requests/s, open
+  loop) from 32 concurrent httpx clients: p50/p99 latency counted from each request's scheduled
+  send time (so queueing is included), errors, achieved rate;
+- one request of 10,000 scaling rows;
+- `POST /v1/recommend` over about 10^5 candidate configurations.
+
+Uses the scaling champion of PERFCAST_HOME (`--home`, default a fresh directory where one is
+trained on `--scaling-data`). The server runs `perfcast serve` with OMP_WAIT_POLICY=PASSIVE.
+
+    .venv/bin/python benchmarks/serving.py [--rate 200] [--seconds 5] [--home DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+ROW = {"job": "resnet18", "gpu_type": "v100", "num_nodes": 1, "num_gpus": 4,
+       "local_batch_size": 128}  # fmt: skip
+TARGETS = {"p50_ms": 5.0, "p99_ms": 25.0, "batch_ms": 200.0, "recommend_ms": 100.0}
+# 64 nodes of 8 GPUs, 7 local batch sizes: 102,368 (GPU count, nodes, batch) candidates
+RECOMMEND = {
+    "job": {"job": "resnet18"},
+    "pools": [{"gpu_type": "v100", "gpus_per_node": 8, "nodes": 64, "price_per_gpu_hour": 2.48}],
+    "local_batch_sizes": [16, 32, 64, 128, 256, 512, 1024],
+    "work": {"samples": 1e8},
+    "top_k": 5,
+}
+
+
+def ensure_scaling_champion(home: Path, data: str) -> None:
+    env = {**os.environ, "PERFCAST_HOME": str(home), "OMP_WAIT_POLICY": "PASSIVE"}
+    code = (
+        "from training import model_store, trainer\n"
+        "if model_store.load_champion('scaling') is None:\n"
+        f"    print(trainer.describe(trainer.train('scaling', {data!r}, model='gbm')))\n"
+    )
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, cwd=ROOT)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(home: Path, port: int) -> subprocess.Popen:
+    env = {**os.environ, "PERFCAST_HOME": str(home), "OMP_WAIT_POLICY": "PASSIVE"}
+    command = [sys.executable, "-m", "perfcast.cli", "serve", "--tasks", "scaling",
+               "--no-train-missing", "--port", str(port), "--log-level", "warning"]  # fmt: skip
+    server = subprocess.Popen(command, env=env, cwd=ROOT)
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
+                return server
+        except httpx.HTTPError:
+            pass
+        if server.poll() is not None:
+            raise SystemExit(f"the server exited with code {server.returncode}")
+        time.sleep(0.5)
+    server.terminate()
+    raise SystemExit("the server did not become ready within 180 s")
+
+
+async def open_loop(url: str, rate: float, seconds: float, clients: int) -> dict[str, float]:
+    """Requests scheduled at `rate`/s for `seconds`, sent by `clients` concurrent workers."""
+    count = int(rate * seconds)
+    queue: asyncio.Queue[float] = asyncio.Queue()
+    latencies: list[float] = []
+    errors = 0
+    body = {"rows": [ROW]}
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as client:
+
+        async def worker() -> None:
+            nonlocal errors
+            while True:
+                scheduled = await queue.get()
+                delay = scheduled - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                try:
+                    r = await client.post("/v1/predict/scaling", json=body)
+                    errors += r.status_code != 200
+                except httpx.HTTPError:
+                    errors += 1
+                latencies.append(time.perf_counter() - scheduled)
+                queue.task_done()
+
+        start = time.perf_counter() + 0.2
+        for i in range(count):
+            queue.put_nowait(start + i / rate)
+        workers = [asyncio.create_task(worker()) for _ in range(clients)]
+        await queue.join()
+        elapsed = time.perf_counter() - start
+        for w in workers:
+            w.cancel()
+    ms = np.array(latencies) * 1000
+    return {
+        "requests": count,
+        "errors": errors,
+        "p50_ms": float(np.percentile(ms, 50)),
+        "p99_ms": float(np.percentile(ms, 99)),
+        "achieved_rate": count / elapsed,
+    }
+
+
+def timed_post(url: str, path: str, body: dict, repeats: int) -> tuple[float, dict]:
+    """Median wall time (ms) of `repeats` requests after one warm-up, and the last answer."""
+    times = []
+    with httpx.Client(base_url=url, timeout=300) as client:
+        for i in range(repeats + 1):
+            start = time.perf_counter()
+            r = client.post(path, json=body)
+            if r.status_code != 200:
+                raise SystemExit(f"{path} answered {r.status_code}: {r.text[:300]}")
+            if i:
+                times.append((time.perf_counter() - start) * 1000)
+    print(f"{path}: {', '.join(f'{t:.0f}' for t in times)} ms", file=sys.stderr)
+    return statistics.median(times), r.json()
+
+
+def verdict(value: float, target: float) -> str:
+    return "met" if value < target else "**missed**"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rate", type=float, default=200.0, help="requests per second")
+    parser.add_argument("--seconds", type=float, default=5.0, help="length of the load phase")
+    parser.add_argument("--clients", type=int, default=32)
+    parser.add_argument("--home", type=Path, default=None, help="PERFCAST_HOME to serve from")
+    parser.add_argument("--scaling-data", default="muri-scaling")
+    parser.add_argument("--no-write", action="store_true", help="do not write BENCHMARKS.md")
+    args = parser.parse_args()
+    home = args.home or Path(tempfile.mkdtemp(prefix="perfcast-bench-"))
+    ensure_scaling_champion(home, args.scaling_data)
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    server = start_server(home, port)
+    try:
+        timed_post(url, "/v1/predict/scaling", {"rows": [ROW]}, repeats=10)  # warm up
+        load = asyncio.run(open_loop(url, args.rate, args.seconds, args.clients))
+        print(load, file=sys.stderr)
+        batch_ms, _ = timed_post(url, "/v1/predict/scaling", {"rows": [ROW] * 10_000}, repeats=3)
+        recommend_ms, answer = timed_post(url, "/v1/recommend", RECOMMEND, repeats=3)
+        candidates = answer["candidates"]
+    finally:
+        server.terminate()
+        server.wait(30)
+    rows = [
+        ("single-row predict p50", f"{load['p50_ms']:.1f} ms", "< 5 ms",
+         verdict(load["p50_ms"], TARGETS["p50_ms"])),
+        ("single-row predict p99", f"{load['p99_ms']:.1f} ms", "< 25 ms",
+         verdict(load["p99_ms"], TARGETS["p99_ms"])),
+        ("errors", f"{load['errors']} of {load['requests']}", "0",
+         "met" if load["errors"] == 0 else "**missed**"),
+        ("achieved rate", f"{load['achieved_rate']:.0f} req/s", f"{args.rate:.0f} req/s",
+         verdict(-load["achieved_rate"], -0.95 * args.rate)),
+        ("batch of 10,000 rows", f"{batch_ms:.0f} ms", "< 200 ms",
+         verdict(batch_ms, TARGETS["batch_ms"])),
+        (f"recommend, {candidates:,} candidates", f"{recommend_ms:.0f} ms", "< 100 ms",
+         verdict(recommend_ms, TARGETS["recommend_ms"])),
+    ]  # fmt: skip
+    table = "| measure | result | target | |\n|---|---|---|---|\n" + "\n".join(
+        f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows
+    )
+    print(table)
+    missed = [r[0] for r in rows if "missed" in r[3]]
+    body = (
+        f"Server: `perfcast serve --tasks scaling` (uvicorn, one worker, OMP_WAIT_POLICY=PASSIVE) "
+        f"in its own process on 127.0.0.1; load from a second process: {args.clients} concurrent "
+        f"httpx async clients, open loop at {args.rate:.0f} requests/s for {args.seconds:.0f} s. "
+        "Latency counts from each request's scheduled send time, so queueing is included. "
+        f"Model: the scaling champion (gbm) trained on {args.scaling_data}.\n\n{table}\n\n"
+        "**The machine has 2 CPU cores shared with other agents working at the same time**; "
+        "server and load generator share them too, so these are pessimistic numbers.\n\n"
+        + (
+            f"Missed: {', '.join(missed)}. Where the time goes: one `predict_interval` call of "
+            "the scaling predictor costs tens of milliseconds whatever the row count (pandera "
+            "contract validation of the rows, feature building, three LightGBM models and "
+            "conformal bounds), so a single-row request cannot reach 5 ms in this design; the "
+            "service adds a few ms (JSON, pydantic) on top. Large requests scale with the "
+            "predictor's per-row cost (the 10^5-candidate recommendation is one predict call of "
+            "10^5 rows plus the optimizer's column arithmetic)."
+            if missed
+            else "All targets met."
+        )
+    )
+    if not args.no_write:
+        sys.path.insert(0, str(ROOT))
+        from benchmarks.report import write_section
+
+        command = "python benchmarks/serving.py" + (
+            f" --rate {args.rate:g}" if args.rate != 200 else ""
+        )
+        write_section("serving", "Serving latency", command, body)
+
+
+if __name__ == "__main__":
+    main()
