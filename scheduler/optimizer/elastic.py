@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 
 from perfcast.errors import PerfcastError
 
@@ -154,17 +155,22 @@ def allocate(jobs: Sequence[ElasticJob], total_gpus: int) -> Allocation:
     best = np.full(width, -np.inf)
     best[0] = 0.0
     choice = np.zeros((len(jobs), width), dtype=np.int32)
-    padded = np.full(2 * width, -np.inf)  # best shifted right; index width + c - g = best[c - g]
+    # padded[width + c - g] = best[c - g] (-inf for c < g); window[c, t] = padded[c + t] is a
+    # strided view, so window[c, width - g] = best[c - g] needs no gather.
+    padded = np.full(2 * width, -np.inf)
+    window = sliding_window_view(padded, width + 1)
     columns = np.arange(width)
+    usable = np.isfinite(table.value)
     for i in range(len(jobs)):
-        counts = np.flatnonzero(np.isfinite(table.value[i]))
+        lo = int(usable[i].argmax())
+        hi = width - 1 - int(usable[i, ::-1].argmax())
         padded[width:] = best
-        # candidates[k, c] = best[c - counts[k]] + value of this job on counts[k] GPUs
-        candidates = padded[width + columns[None, :] - counts[:, None]]
-        candidates += table.value[i, counts][:, None]
-        pick = candidates.argmax(axis=0)  # first maximum: the fewest GPUs on ties
-        best = candidates[pick, columns]
-        choice[i] = counts[pick]
+        # candidates[c, k] = best[c - g] + value of this job on g = lo + k GPUs (-inf where the
+        # job cannot use g GPUs)
+        candidates = window[:, width - hi : width - lo + 1][:, ::-1] + table.value[i, lo : hi + 1]
+        pick = candidates.argmax(axis=1)  # first maximum: the fewest GPUs on ties
+        best = candidates[columns, pick]
+        choice[i] = lo + pick
     used = int(np.argmax(best))  # the fewest GPUs reaching the optimum
     if not np.isfinite(best[used]):
         raise InfeasibleAllocationError(
