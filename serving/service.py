@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import pandas as pd
 from starlette.concurrency import run_in_threadpool
 
@@ -24,22 +23,31 @@ def model_ref(models: ServedModels, task: str) -> schemas.ModelRef:
 
 def _finite_or_none(frame: pd.DataFrame) -> list[dict[str, object]]:
     """Records for JSON: NaN and infinities become null (JSON has no NaN)."""
-    numeric = frame.select_dtypes("number").columns
-    clean = frame.astype(object)
-    bad = ~np.isfinite(frame[numeric].to_numpy(dtype=float))
-    clean[list(numeric)] = clean[list(numeric)].mask(bad, None)
-    return clean.to_dict("records")
+    columns = [frame[c].tolist() for c in frame.columns]
+    for values in columns:
+        for i, v in enumerate(values):
+            if isinstance(v, float) and not math.isfinite(v):
+                values[i] = None
+    return [dict(zip(frame.columns, row, strict=True)) for row in zip(*columns, strict=True)]
+
+
+SMALL = 64  # rows: cheaper to convert on the event loop than to hop to a worker thread
 
 
 async def predict(
     models: ServedModels, batcher: PredictionBatcher, task: str, rows: list[dict]
 ) -> schemas.PredictResponse:
     ref = model_ref(models, task)  # 503 before any work when there is no model
-    frame = await run_in_threadpool(pd.DataFrame.from_records, rows)
+    small = len(rows) <= SMALL
+    frame = (
+        pd.DataFrame.from_records(rows)
+        if small
+        else await run_in_threadpool(pd.DataFrame.from_records, rows)
+    )
     out = await batcher.predict(task, frame)
     if task == "runtime":
         out = out.reset_index()  # one prediction per sample_id: say which
-    predictions = await run_in_threadpool(_finite_or_none, out)
+    predictions = _finite_or_none(out) if small else await run_in_threadpool(_finite_or_none, out)
     return schemas.PredictResponse(
         task=task, model=ref, targets=list(TASK_TABLES[task][1]), predictions=predictions
     )
