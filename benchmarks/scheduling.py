@@ -21,9 +21,9 @@ from scheduler.sim.run import prepare_workload, run_simulation
 
 # (trace, cluster, first N jobs or None for all)
 TRACES = [
-    ("muri-traces:trace1", "8x8:v100", None),
+    ("muri-traces:trace1", "16x8:v100", None),
     ("chronus-traces:Philly_MIX1", "8x8:v100", 3000),
-    ("elasticflow-traces:cluster01", "16x8:v100", None),
+    ("elasticflow-traces:cluster01", "8x8:v100", None),
 ]
 LOADS = (1.0, 2.0)
 POLICIES = ("fifo", "tiresias", "srtf-predicted", "gandiva", "elastic", "hypersched")
@@ -191,6 +191,15 @@ durations and step times, `inprocess` the champion predictors. Load 2 halves int
 times. Restart 50 s, migration 1 s (docs/scheduler.md). {ANCHORS}
 
 {policies}
+
+In-process predictions come from the champions in `$PERFCAST_HOME`. For the figures here:
+`duration` is a GBM trained on held-out trace rows (Muri traces other than trace1 and the
+testbed, ElasticFlow clusters 02-10; no Chronus rows), written to a file and trained with
+`perfcast train --task duration --data FILE --model gbm`; `scaling` is a GBM trained with
+`perfcast train --task scaling --data muri-scaling --model gbm`, the very table the simulator
+takes as truth, so for `elastic` the gap to oracle is model fit, not generalization. No
+`interference` champion and no interference dataset is registered, so `gandiva` never packs
+here (it time-slices) and its predicted and oracle runs coincide.
 
 Runs without in-process predictions:
 {note_text}

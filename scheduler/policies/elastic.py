@@ -36,6 +36,7 @@ def gpu_options(state: JobState, total_gpus: int) -> list[int]:
 @register("elastic")
 class ElasticPolicy:
     needs_predictions = True
+    prediction_tasks = ("scaling",)
 
     def __init__(self, min_gain: float = 0.05) -> None:
         self.min_gain = min_gain

@@ -99,6 +99,7 @@ def _alone(state: JobState, ctx: RoundContext) -> bool:
 @register("gandiva")
 class GandivaPolicy:
     needs_predictions = True
+    prediction_tasks = ("interference",)
 
     def __init__(self, memory_mb: MemoryOf | None = None, timeslice: bool = True) -> None:
         self.memory_mb = memory_mb

@@ -47,6 +47,7 @@ class _Search:
 @register("hypersched")
 class HyperSchedPolicy:
     needs_predictions = True
+    prediction_tasks = ("duration",)
 
     def __init__(self, eta: int = 3, min_resource_frac: float = 1 / 27) -> None:
         self.eta, self.min_frac = eta, min_resource_frac

@@ -21,6 +21,7 @@ from scheduler.policies.common import priority_schedule
 @register("srtf-predicted")
 class SrtfPredictedPolicy:
     needs_predictions = True
+    prediction_tasks = ("duration",)
 
     def schedule(self, ctx: RoundContext) -> Schedule:
         predictor = ctx.predictor

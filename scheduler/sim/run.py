@@ -68,6 +68,10 @@ def run_simulation(
     if policy.needs_predictions:
         gpus_per_node = max(g.gpus_per_node for g in spec.groups)
         job_predictor = JobPredictor(make_backend(predictor, workload, url), gpus_per_node)
+        if "duration" in getattr(policy, "prediction_tasks", ()):
+            # a job's duration prediction depends only on what is known at its submission, so
+            # the simulator asks for all of them in one batch instead of one call per arrival
+            job_predictor.durations(workload.jobs)
     result = simulate(
         workload, spec, policy, predictor=job_predictor, costs=costs, on_progress=on_progress
     )
