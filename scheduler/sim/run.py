@@ -62,7 +62,9 @@ def run_simulation(
     costs: Costs | None = None,
     on_progress: ProgressCallback | None = None,
 ) -> SimRun:
-    options = {"memory_mb": workload.interference.memory_mb} if policy_name == "gandiva" else {}
+    options = {}
+    if policy_name == "gandiva":  # packing needs measured memory; none without pair data
+        options["memory_mb"] = workload.interference.memory_mb if workload.interference else None
     policy = make_policy(policy_name, **options)
     job_predictor = None
     if policy.needs_predictions:
