@@ -50,8 +50,12 @@ def serve(
     if unknown:
         raise PerfcastError(f"unknown task(s) {', '.join(unknown)}; expected some of {TASKS}")
     if train_missing:
-        with err_console.status("checking champion models ..."):
-            ensure_champions(list(served), echo=err_console.print)
+        for task in served:  # one task's failure must not keep the others from being served
+            try:
+                with err_console.status(f"checking the {task} champion ..."):
+                    ensure_champions([task], echo=err_console.print)
+            except PerfcastError as err:
+                err_console.print(f"[yellow]could not train a default {task} model:[/] {err}")
     settings = Settings.from_env()
     settings = Settings(settings.api_key, settings.max_body_bytes, served)
     with err_console.status("loading models ..."):
@@ -118,16 +122,16 @@ def recommend(
         print(answer.model_dump_json(indent=2))
         return
     table = Table(title=f"{request.job['job']}: {answer.objective}, {answer.candidates} candidates")
-    for column in ("#", "GPUs", "nodes", "local batch", "step s (p10-p90)", "samples/s",
-                   "efficiency", "time s", "cost $"):  # fmt: skip
+    table.add_column("#", justify="right")
+    table.add_column("GPUs×type, nodes, local batch")
+    for column in ("step s (p10-p90)", "samples/s", "eff.", "time s", "cost $"):
         table.add_column(column, justify="right")
     for c in answer.top:
+        step = c.step_time_s
         table.add_row(
             str(c.rank),
-            f"{c.num_gpus}×{c.gpu_type}",
-            str(c.num_nodes),
-            str(c.local_batch_size),
-            f"{_num(c.step_time_s.value)} ({_num(c.step_time_s.p10)}-{_num(c.step_time_s.p90)})",
+            f"{c.num_gpus}×{c.gpu_type}, {c.num_nodes}, {c.local_batch_size}",
+            f"{_num(step.value, '.2g')} ({_num(step.p10, '.2g')}-{_num(step.p90, '.2g')})",
             _num(c.throughput.value, ".0f"),
             _num(c.scaling_efficiency, ".0%"),
             _num(c.total_time_s.value, ".0f"),
