@@ -2,7 +2,7 @@
 decisions, simulation speed on the largest trace, and fidelity against Muri's testbed.
 
 Writes section `scheduling` of docs/BENCHMARKS.md. Run:
-    .venv/bin/python benchmarks/scheduling.py [--quick]
+    .venv/bin/python -m benchmarks.scheduling [--quick]
 """
 
 from __future__ import annotations
@@ -219,7 +219,7 @@ validation metric each search had reached by its deadline.
 
 {fidelity}
 """
-    command = ".venv/bin/python benchmarks/scheduling.py" + (" --quick" if args.quick else "")
+    command = ".venv/bin/python -m benchmarks.scheduling" + (" --quick" if args.quick else "")
     path = write_section("scheduling", "Scheduling (simulator)", command, body)
     print(f"wrote {path}")
 
