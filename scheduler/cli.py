@@ -48,6 +48,10 @@ def simulate(
     load: Annotated[float, typer.Option(help="Arrival density: submit times / load.")] = 1.0,
     max_jobs: Annotated[int | None, typer.Option(help="Only the first N jobs.")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the job-type draw (unnamed jobs).")] = 0,
+    round_s: Annotated[
+        float | None,
+        typer.Option(help="Decide only every N seconds (fixed rounds); default: after events."),
+    ] = None,
     out: Annotated[
         Path | None, typer.Option(help="Folder for metrics.json, jobs.csv and jct_cdf.png.")
     ] = None,
@@ -79,7 +83,7 @@ def simulate(
                 last[0] = done
 
         run = run_simulation(workload, spec, policy, predictor=predictor, url=url,
-                             on_progress=progress)  # fmt: skip
+                             on_progress=progress, round_s=round_s)  # fmt: skip
     table = Table(title=f"{trace} on {spec}, {policy} ({run.summary['predictor']} predictions)")
     table.add_column("metric")
     table.add_column("value", justify="right")

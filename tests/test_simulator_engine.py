@@ -123,3 +123,13 @@ def test_packed_pair_runs_at_measured_interference_speeds():
     # b: 125 s at 0.7 (87.5 s of work done), then alone for the remaining 12.5 s
     assert jobs.loc["b", "finish_s"] == pytest.approx(125.0 + 12.5)
     assert result.makespan_s < 200.0
+
+
+def test_fixed_rounds_delay_decisions_to_the_next_tick():
+    workload = synthetic_workload([("a", 0.0, "fast", 1, 100.0), ("b", 10.0, "slow", 1, 50.0)])
+    spec = ClusterSpec.parse("1x1:v100")
+    result = simulate(workload, spec, make_policy("fifo"), round_s=360.0)
+    jobs = job_table(result).set_index("job_id")
+    assert jobs.loc["a", "start_s"] == pytest.approx(0.0)  # the first arrival is on a tick
+    assert jobs.loc["b", "start_s"] == pytest.approx(360.0)  # a finished at 100, b waits
+    assert jobs.loc["b", "finish_s"] == pytest.approx(410.0)

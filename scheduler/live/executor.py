@@ -211,6 +211,18 @@ class RayExecutor:
             self.store.log(job_id, why, f"to {list(gpus)} batch {batch}")
             return time.perf_counter() - start
 
+    def stop(self, job_id: str, why: str = "stopped") -> dict[str, Any]:
+        """Checkpoint at the next boundary and end the job's workers; a later `Run` continues
+        from that checkpoint. Returns rank 0's outcome."""
+        with self._lock:
+            self.slicer.remove(job_id)
+            outcome = self._stop_workers(self._live(job_id), why)[0]
+            if outcome.get("last_checkpoint"):
+                self.store.record_checkpoint(job_id, CheckpointRef(**outcome["last_checkpoint"]))
+            self.store.update_job(job_id, status="suspended", workers=())
+            self.store.log(job_id, "stop", why)
+            return outcome
+
     def status(self, job_id: str) -> dict[str, Any]:
         live = self._live(job_id)
         return ray.get(live.workers[0].status.remote(), timeout=_RPC_TIMEOUT_S)
@@ -548,9 +560,13 @@ class TimeSlicer:
         starts while the current one finishes its mini-batch in flight, so at most one
         mini-batch overlaps and no time is lost to the round trips. Both stay in GPU memory."""
         live = self.executor.live
-        running, waiting = live.get(group[0]), live.get(group[1])
-        if running is None or waiting is None:
+        group[:] = [j for j in group if j in live]  # jobs gone without `remove`
+        if len(group) <= 1:
+            self.groups.pop(gpus)
+            if group and live[group[0]].suspended:
+                self.executor._resume_workers(live[group[0]])
             return
+        running, waiting = live[group[0]], live[group[1]]
         suspended = [w.suspend.remote(release_device=False) for w in running.workers]
         resumed = [w.resume.remote() for w in waiting.workers]
         ok = all(ray.get(suspended, timeout=_RPC_TIMEOUT_S))

@@ -15,6 +15,7 @@ touches.
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -225,8 +226,15 @@ def simulate(
     predictor: JobPredictor | None = None,
     costs: Costs | None = None,
     on_progress: ProgressCallback | None = None,
+    round_s: float | None = None,
 ) -> SimResult:
-    """Run `workload` on a cluster `spec` under `policy` until every job is done."""
+    """Run `workload` on a cluster `spec` under `policy` until every job is done.
+
+    With `round_s`, decisions are taken only at multiples of `round_s` (as in schedulers that
+    run in fixed rounds, e.g. Muri's testbed every 360 s): events between two ticks wait for
+    the next one. Without it a round follows every instant with events."""
+    if round_s is not None and round_s <= 0:
+        raise ValueError(f"round_s must be > 0, got {round_s}")
     cluster = ClusterState(spec)
     executor = SimulatedExecutor(workload, cluster, costs or Costs())
     loop = SchedulingLoop(cluster, policy, executor, predictor=predictor)
@@ -236,6 +244,7 @@ def simulate(
     wakeup = getattr(policy, "next_wakeup", None)
     stopping = getattr(policy, "stopped", None)
     timer: float | None = None
+    tick: float | None = None  # the next round when rounds are on a fixed grid
     now = jobs[0].submit_time_s if jobs else 0.0
     while finished < total:
         candidates = [
@@ -244,6 +253,7 @@ def simulate(
                 jobs[arrived].submit_time_s if arrived < total else None,
                 executor.next_completion(),
                 timer,
+                tick,
             )
             if t is not None
         ]
@@ -268,6 +278,15 @@ def simulate(
             for state in accepted:
                 state.synced_s = now
             finished += len(batch) - len(accepted)
+        if round_s is not None:
+            on_grid = tick is not None and now >= tick - _EPS
+            if not on_grid:
+                nxt = math.ceil(now / round_s - _EPS) * round_s
+                tick = nxt if tick is None else min(tick, nxt)
+                if on_progress:
+                    on_progress(finished, total)
+                continue
+            tick = None
         decisions += len(loop.round(now))
         rounds += 1
         if stopping and (ended := stopping(loop.context(now))):
@@ -280,6 +299,8 @@ def simulate(
         timer = wakeup(loop.context(now)) if wakeup else None
         if timer is not None and timer <= now:
             timer = None
+        if timer is not None and round_s is not None:
+            tick, timer = math.ceil(timer / round_s - _EPS) * round_s, None
         if on_progress:
             on_progress(finished, total)
     makespan = now - (jobs[0].submit_time_s if jobs else 0.0)

@@ -61,6 +61,7 @@ def run_simulation(
     url: str = "http://127.0.0.1:8000",
     costs: Costs | None = None,
     on_progress: ProgressCallback | None = None,
+    round_s: float | None = None,
 ) -> SimRun:
     options = {}
     if policy_name == "gandiva":  # packing needs measured memory; none without pair data
@@ -75,7 +76,13 @@ def run_simulation(
             # the simulator asks for all of them in one batch instead of one call per arrival
             job_predictor.durations(workload.jobs)
     result = simulate(
-        workload, spec, policy, predictor=job_predictor, costs=costs, on_progress=on_progress
+        workload,
+        spec,
+        policy,
+        predictor=job_predictor,
+        costs=costs,
+        on_progress=on_progress,
+        round_s=round_s,
     )
     summary = summarize(result) | {"predictor": predictor if job_predictor else "none"}
     return SimRun(result, summary, job_table(result))
