@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from perfcast.errors import PerfcastError
 from scheduler.core.jobs import JobState
 from scheduler.core.loop import Allocation, RoundContext
 from scheduler.core.predictions import ScalingKey
@@ -68,8 +69,9 @@ class ElasticPolicy:
     def _elastic_jobs(
         self, states: list[JobState], gpu_type: str, total: int, ctx: RoundContext
     ) -> list[ElasticJob]:
-        assert ctx.predictor is not None, "elastic needs a prediction backend"
         predictor = ctx.predictor
+        if predictor is None:
+            raise PerfcastError("elastic needs a prediction backend (--predictor)")
         options: list[list[tuple[int, int]]] = []
         keys: list[ScalingKey] = []
         key_of = {s.job_id: (s.job_id, s.num_gpus, s.batch_size) for s in states}

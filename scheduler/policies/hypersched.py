@@ -21,6 +21,7 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from perfcast.errors import PerfcastError
 from scheduler.core.jobs import JobState, JobStatus
 from scheduler.core.loop import Allocation, RoundContext, Schedule
 from scheduler.policies import register
@@ -108,7 +109,10 @@ class HyperSchedPolicy:
             key=lambda s: (s.status is not JobStatus.SUSPENDED, s.job.submit_time_s),
         )  # promoted trials first, then new ones in submission order
         new = [s.job for s in waiting if s.status is JobStatus.PENDING and s.job.group]
-        predicted = dict(zip((j.job_id for j in new), ctx.predictor.durations(new), strict=True))
+        if new and ctx.predictor is None:
+            raise PerfcastError("hypersched needs a prediction backend (--predictor)")
+        durations = ctx.predictor.durations(new) if new and ctx.predictor else []
+        predicted = dict(zip((j.job_id for j in new), durations, strict=True))
         for state in waiting:
             need = state.job.num_gpus
             if need > capacity:
