@@ -318,3 +318,28 @@ def test_concurrent_requests_are_batched_with_the_same_answers(app, local) -> No
     answers = asyncio.run(send_all([*good[:3], bad, *good[3:]]))
     assert [a.status_code for a in answers] == [200] * 3 + [422] + [200] * (len(good) - 3)
     assert answers[3].json()["detail"][0]["loc"] == ["body", "rows", 0, "local_batch_size"]
+
+
+def test_an_unexpected_error_is_a_logged_500_with_an_error_id(caplog) -> None:
+    class Broken:
+        def predict_interval(self, rows: pd.DataFrame) -> pd.DataFrame:
+            raise RuntimeError("a bug")
+
+    class OneBrokenChampion:
+        def __init__(self, tasks: tuple[str, ...]) -> None:
+            self.champion = model_store.Champion("scaling", Broken(), "7", "r", "gbm", "t", {})
+
+        def load_all(self) -> list[str]:
+            return []
+
+        def loaded(self) -> dict[str, object]:
+            return {"scaling": self.champion}
+
+    from serving.models import ServedModels
+
+    models = ServedModels(("scaling",), backend_factory=OneBrokenChampion)
+    models.reload()
+    client = TestClient(create_app(Settings(), models), raise_server_exceptions=False)
+    r = client.post("/v1/predict/scaling", json={"rows": [ROW]})
+    assert r.status_code == 500 and r.json()["detail"].startswith("internal error ")
+    assert "RuntimeError" in r.json()["detail"] and "a bug" in caplog.text
