@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pandas as pd
 from starlette.concurrency import run_in_threadpool
 
@@ -23,12 +24,17 @@ def model_ref(models: ServedModels, task: str) -> schemas.ModelRef:
 
 def _finite_or_none(frame: pd.DataFrame) -> list[dict[str, object]]:
     """Records for JSON: NaN and infinities become null (JSON has no NaN)."""
-    columns = [frame[c].tolist() for c in frame.columns]
-    for values in columns:
-        for i, v in enumerate(values):
-            if isinstance(v, float) and not math.isfinite(v):
-                values[i] = None
-    return [dict(zip(frame.columns, row, strict=True)) for row in zip(*columns, strict=True)]
+    numeric = [c for c in frame.columns if pd.api.types.is_numeric_dtype(frame[c])]
+    values = frame[numeric].to_numpy(dtype=float)
+    finite = np.isfinite(values)
+    if not finite.all():
+        values = values.astype(object)
+        values[~finite] = None
+    records = [dict(zip(numeric, row, strict=True)) for row in values.tolist()]
+    for column in (c for c in frame.columns if c not in numeric):  # e.g. runtime's sample_id
+        for record, value in zip(records, frame[column].tolist(), strict=True):
+            record[column] = value
+    return records
 
 
 SMALL = 64  # rows: cheaper to convert on the event loop than to hop to a worker thread
