@@ -199,7 +199,8 @@ def main() -> None:
     print(table)
     missed = [r[0] for r in rows if "missed" in r[3]]
     body = (
-        f"Server: `perfcast serve --tasks scaling` (uvicorn, one worker, OMP_WAIT_POLICY=PASSIVE) "
+        f"Server: `perfcast serve --tasks scaling` (uvicorn with uvloop and httptools, one worker, "
+        "OMP_WAIT_POLICY=PASSIVE) "
         f"in its own process on 127.0.0.1; load from a second process: {args.clients} concurrent "
         f"httpx async clients, open loop at {args.rate:.0f} requests/s for {args.seconds:.0f} s, "
         f"{args.rounds} rounds. "
@@ -209,7 +210,10 @@ def main() -> None:
         "server and load generator share them too, so these are pessimistic numbers that vary "
         "from round to round with the other agents' load. Concurrent single-row requests are "
         "micro-batched into one predictor call (serving/batching.py); in a run without "
-        "batching the server reached only 29 req/s, with a 6.6 s p50.\n\n"
+        "batching the server reached only 29 req/s, with a 6.6 s p50. Runs made before uvloop "
+        "and httptools were installed (uvicorn's pure-Python h11 parser and asyncio loop) gave "
+        "single-row p50s from 0.1 to 3.5 s at 86-198 req/s; not a controlled comparison, as "
+        "the other agents' load differed between runs.\n\n"
         + (
             f"Missed: {', '.join(missed)}. Where the time goes: one `predict_interval` call of "
             "the scaling predictor costs tens of milliseconds whatever the row count (pandera "
