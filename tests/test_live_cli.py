@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +17,8 @@ PERFCAST = str(Path(sys.executable).parent / "perfcast")
 
 
 def perfcast(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([PERFCAST, *args], capture_output=True, text=True, timeout=120)
+    env = {**os.environ, "COLUMNS": "200"}  # rich tables: no truncated cells
+    return subprocess.run([PERFCAST, *args], capture_output=True, text=True, timeout=120, env=env)
 
 
 def test_submit_jobs_and_job_commands(tmp_path):

@@ -327,9 +327,9 @@ def run_trace(
     executor = RayExecutor(
         store, _state(state) / "checkpoints", slice_s=slice_s, spares_per_node=spares
     )
+    executor.warm_spares()  # before the run's clock starts
     runner = LiveRunner(executor, store, chosen, round_s=round_s)
     recovered = runner.recover()
-    executor.warm_spares()
     known = {r.job_id for r in store.jobs()}
     for job_id, spec in entries:
         if job_id not in known:

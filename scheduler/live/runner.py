@@ -39,7 +39,8 @@ def clock_start(store: JobStore) -> float:
 
 def clock_now(store: JobStore) -> float:
     """Seconds on the run's clock: submit and finish times are on it."""
-    return time.time() - clock_start(store)
+    start = clock_start(store)  # first: it may set the start to now
+    return max(time.time() - start, 0.0)
 
 
 def core_job(job_id: str, spec: JobSpec) -> Job:

@@ -52,10 +52,21 @@ def _device(gpu_index: int | None) -> torch.device:
     return torch.device("cpu")  # no GPU here: a logical Ray GPU stands in, the job runs on CPU
 
 
+def _warm_up() -> None:
+    """Pay first-use costs now, while the worker is a spare: the optimizer's first
+    construction imports about a second's worth of modules."""
+    importlib.import_module(JobSpec.model_fields["entrypoint"].default.split(":")[0])
+    model = torch.nn.Linear(2, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    model(torch.ones(1, 2)).sum().backward()
+    optimizer.step()
+
+
 @ray.remote(num_cpus=0, max_concurrency=8)
 class TrainingWorker:
     def __init__(self, threads: int = 1) -> None:
         torch.set_num_threads(threads)
+        _warm_up()
         self._hook: TrainingHook | None = None
         self._assignment: Assignment | None = None
         self._outcome: dict[str, Any] | None = None
