@@ -133,7 +133,8 @@ def cluster_up(
 
 @cluster_app.command("down")
 def cluster_down(state: StateOpt = None) -> None:
-    """Stop the local Ray head that `cluster up` started (an external cluster is left alone)."""
+    """Stop the local Ray head that `cluster up` started (an external cluster is left alone).
+    It runs `ray stop`, which stops every local Ray instance of this user."""
     info = _state(state) / "cluster.json"
     if not info.is_file():
         raise ClusterError("no cluster recorded: run `perfcast cluster up` first")
