@@ -212,6 +212,25 @@ here (it time-slices) and its predicted and oracle runs coincide.
 Runs without in-process predictions:
 {note_text}
 
+### Where we fall short (read with the tables above)
+
+- SRTF with oracle durations: 1.5-6.1x lower average JCT than FIFO (Salus 3.19x, Helios QSSF
+  up to 6.5x): at or above the anchors on Muri trace1 and ElasticFlow cluster01, short on the
+  Chronus Philly mix (1.5-1.8x).
+- Tiresias: 0.7-3.4x over FIFO (anchor up to 5.5x); on the Chronus Philly mix it is worse than
+  FIFO (many short jobs, each preemption pays the 50 s restart).
+- Elastic vs Tiresias: 17-63% lower average JCT (Pollux: 37-50% below Tiresias); below the
+  anchor on ElasticFlow cluster01 at load 1 (16%) and the Chronus mix (28-29%).
+- Predicted vs oracle: the in-process duration GBM (held-out MAPE 134%, Spearman 0.61) loses
+  most of SRTF's gain: srtf-predicted is below Tiresias on every trace and below FIFO on the
+  Chronus mix (0.4x). Elastic keeps most of its gain with the in-sample scaling model.
+- Gandiva never packs here (no interference data registered); time-slicing alone does not
+  lower average JCT. Hypersched on traces without searches behaves as FIFO.
+- Fidelity: simulated average JCT is 29-48% below Muri's testbed; its jobs ran 5-6% longer than
+  their traced durations, the rest (placement, start-up, Muri's own preemption handling) is
+  not modelled.
+- Speed: the 82k-job Philly trace was not run (no `pollux-philly` loader in this checkout).
+
 ### Hyper-parameter search (synthetic-hpsearch: 4 searches x 27 one-GPU trials, 2 h deadline)
 
 Synthetic trial learning curves on measured step times; `avg best metric` is the best
