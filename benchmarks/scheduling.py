@@ -229,7 +229,8 @@ Runs without in-process predictions:
 - Fidelity: simulated average JCT is 29-48% below Muri's testbed; its jobs ran 5-6% longer than
   their traced durations, the rest (placement, start-up, Muri's own preemption handling) is
   not modelled.
-- Speed: the 82k-job Philly trace was not run (no `pollux-philly` loader in this checkout).
+- Speed: the 82k-job Philly trace on 2,000 GPUs is light load (19% utilization), so it says
+  little about rounds under contention; Tiresias on the 69k ElasticFlow trace took 13 s.
 
 ### Hyper-parameter search (synthetic-hpsearch: 4 searches x 27 one-GPU trials, 2 h deadline)
 
