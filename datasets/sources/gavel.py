@@ -32,7 +32,9 @@ Recommendation is 10x faster there); its pair entries and its `_unconsolidated` 
 identical to the simulation file's, so it yields only `gavel-physical-scaling` (consolidated solo
 entries) and no separate interference dataset.
 
-Zero throughputs (ResNet-50 batch 128 on 2/4/8 K80s: does not run) are dropped.
+Zero throughputs (ResNet-50 batch 128 on 2/4/8 K80s: does not run) are dropped. In 69 of the
+330 V100 pairs one side's co-located throughput equals its solo throughput exactly (speed 1.0,
+mostly ResNet-18 on CIFAR-10); that is how the file has them, kept as published.
 
 Traces. `traces/msr/seed=0/<vc>.trace` (one Philly virtual cluster each, the old 7-field layout)
 and `traces/physical_cluster/*.trace` (10 fields). Arrival times are seconds. 1548 of the 15551
