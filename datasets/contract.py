@@ -245,6 +245,14 @@ def validate(df: pd.DataFrame, kind: str, *, source: str | None = None) -> pd.Da
 
 def _contract_error(cases: pd.DataFrame, kind: str, source: str | None) -> ContractError:
     details, first = [], None
+    cases = cases.copy()
+    # A whole-table check (e.g. "num_gpus >= num_nodes") reports the schema as its column:
+    # name the column the check is about instead. Column failures come first.
+    table_level = cases["schema_context"] != "Column"
+    cases.loc[table_level, "column"] = cases.loc[table_level, "check"].map(
+        lambda check: str(check).split(" ")[0]
+    )
+    cases = cases.assign(_order=table_level.astype(int)).sort_values("_order", kind="stable")
     # Coercion failures repeat as dtype failures; keep the first of each (row, column).
     cases = cases.drop_duplicates(subset=["column", "index"])
     for case in cases.head(10).itertuples():

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from datasets.contract import validate
+from datasets.contract import SCHEMAS, validate
 from perfcast.errors import ContractError
 
 SUFFIXES = (".csv", ".parquet")
@@ -24,10 +24,20 @@ def read_table(path: str | Path, kind: str | None = None) -> pd.DataFrame:
             f"unsupported file type {path.suffix!r}; use .csv or .parquet", file=str(path)
         )
     try:
-        df = pd.read_csv(path, low_memory=False) if path.suffix == ".csv" else pd.read_parquet(path)
+        if path.suffix == ".csv":
+            # text columns stay text: a placement "11" or an id "6214e9" is not a number
+            df = pd.read_csv(path, low_memory=False, dtype=_text_columns(kind))
+        else:
+            df = pd.read_parquet(path)
     except (ValueError, OSError, pd.errors.ParserError) as err:
         raise ContractError(f"cannot parse: {err}", file=str(path)) from None
     return validate(df, kind, source=str(path)) if kind else df
+
+
+def _text_columns(kind: str | None) -> dict[str, type]:
+    if kind not in SCHEMAS:
+        return {}
+    return {name: str for name, col in SCHEMAS[kind].columns.items() if "str" in str(col.dtype)}
 
 
 def write_table(df: pd.DataFrame, path: str | Path, kind: str | None = None) -> Path:
