@@ -64,6 +64,7 @@ class TaskPredictor(BaseEstimator, ABC):
             if target not in probe.columns or probe[target].isna().any():
                 probe[target] = 1.0
         clean = validate(probe, self.kind, source=f"{self.task} prediction rows")
+        clean.index = rows.index  # predictions stay aligned with the caller's rows
         return clean.drop(columns=[t for t in self.targets if t not in rows.columns])
 
 

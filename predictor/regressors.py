@@ -127,8 +127,10 @@ class QuantileMLP(BaseEstimator):
         weight_decay: float = 1e-4,
         batch_size: int = 256,
         n_members: int = 3,
+        max_steps: int = 4000,
         random_state: int = 0,
     ) -> None:
+        self.max_steps = max_steps
         self.hidden = hidden
         self.epochs = epochs
         self.lr = lr
@@ -144,6 +146,9 @@ class QuantileMLP(BaseEstimator):
         self.y_mean_, self.y_std_ = float(target.mean()), float(target.std().clamp(min=1e-6))
         target = (target - self.y_mean_) / self.y_std_
         quantiles = torch.tensor(QUANTILES)
+        n = len(features)
+        # big tables need fewer passes: cap the optimizer steps per member
+        epochs = max(3, min(self.epochs, self.max_steps * self.batch_size // max(n, 1)))
         self.members_ = []
         for member in range(self.n_members):
             torch.manual_seed(self.random_state + member)
@@ -151,9 +156,8 @@ class QuantileMLP(BaseEstimator):
             optimizer = torch.optim.AdamW(
                 net.parameters(), lr=self.lr, weight_decay=self.weight_decay
             )
-            scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, self.epochs)
-            n = len(features)
-            for _ in range(self.epochs):
+            scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, epochs)
+            for _ in range(epochs):
                 order = torch.randperm(n)
                 for start in range(0, n, self.batch_size):
                     idx = order[start : start + self.batch_size]

@@ -158,7 +158,7 @@ def test_killed_worker_restarts_from_last_checkpoint_and_finishes(executor, refe
 
 
 def test_timesliced_jobs_take_turns_and_both_finish(executor):
-    long = SPEC.model_copy(update={"iterations": 300, "min_step_time_s": 0.005})
+    long = SPEC.model_copy(update={"iterations": 600, "min_step_time_s": 0.005})
     executor.slicer.slice_s = 0.1
     for job_id in ("s1", "s2"):
         submit(executor, job_id, long)

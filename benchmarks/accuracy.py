@@ -1,0 +1,174 @@
+"""Accuracy of every task × model family × split against simple baselines measured in the same
+run, plus prediction speed. Writes section `accuracy` of docs/BENCHMARKS.md.
+
+    .venv/bin/python -m benchmarks.accuracy [--quick]
+
+Baselines: train mean (every task); perfect linear scaling from one GPU (scaling: the job's
+one-GPU step time at the same local batch, i.e. no synchronization cost); roofline (runtime:
+sum of per-node roofline times times the median latency/roofline ratio of the training
+samples); no interference (speed = 1.0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+import pandas as pd
+from rich.progress import track
+
+import datasets
+from benchmarks.report import write_section
+from features.graphs import sample_table, samples
+from features.scaling import ScalingFeatures
+from predictor import make_predictor
+from training.evaluation import truth_and_predictions
+from training.metrics import regression_metrics
+from training.splits import folds
+
+SCALING_DATA = ["pollux-scaling", "gavel-scaling", "muri-scaling"]
+
+
+def _scaling_rows() -> pd.DataFrame:
+    return pd.concat([datasets.load(n) for n in SCALING_DATA], ignore_index=True)
+
+
+def new_gpu_folds(rows: pd.DataFrame):
+    """Situation (1) of the issue: a GPU type known only from its one-GPU rows. For each GPU
+    type with multi-GPU rows and at least one other GPU type of the same jobs: train on all
+    other GPU types plus its one-GPU rows, test on its multi-GPU rows."""
+    for gpu in sorted(rows["gpu_type"].unique()):
+        is_gpu = (rows["gpu_type"] == gpu).to_numpy()
+        jobs = set(rows.loc[is_gpu, "job"])
+        others = set(rows.loc[~is_gpu & rows["job"].isin(jobs), "gpu_type"])
+        multi = is_gpu & (rows["num_gpus"] > 1).to_numpy()
+        if not others or not multi.any():
+            continue
+        yield np.flatnonzero(~multi), np.flatnonzero(multi)
+
+
+def baselines(task: str, train: pd.DataFrame, test: pd.DataFrame) -> dict[str, np.ndarray]:
+    """Baseline predictions aligned with `truth_and_predictions` order."""
+    if task == "scaling":
+        mean = np.full(len(test), train["step_time_s"].mean())
+        feats = ScalingFeatures().fit(train)
+        t1 = feats._t1(test.assign(gpus_per_node=1)).to_numpy(dtype=float)
+        linear = np.where(np.isfinite(t1), t1, mean)
+        return {"train mean": mean, "linear scaling from 1 GPU": linear}
+    if task == "interference":
+        speeds = np.concatenate([train["a_speed"], train["b_speed"]])
+        n = 2 * len(test)
+        return {"train mean": np.full(n, speeds.mean()), "no interference (1.0)": np.ones(n)}
+    if task == "runtime":
+        y_train = np.log(samples(train)["e2e_latency_ms"].to_numpy(dtype=float))
+        _, base_train = sample_table(train)
+        _, base_test = sample_table(test)
+        n = len(base_test)
+        return {
+            "train mean": np.full(n, np.exp(y_train).mean()),
+            "roofline": np.exp(base_test + np.median(y_train - base_train)),
+        }
+    return {"train mean": np.full(len(test), train["duration_s"].mean())}
+
+
+def run_case(task: str, kind: str, rows: pd.DataFrame, split: str, families, fold_iter):
+    """Pooled metrics per family and per baseline over the folds."""
+    truths: list[np.ndarray] = []
+    preds: dict[str, list[pd.DataFrame]] = {f: [] for f in families}
+    base: dict[str, list[np.ndarray]] = {}
+    fit_s = dict.fromkeys(families, 0.0)
+    for train_idx, test_idx in fold_iter:
+        train, test = rows.iloc[train_idx], rows.iloc[test_idx]
+        for family in families:
+            start = time.perf_counter()
+            predictor = make_predictor(task, family).fit(train)
+            fit_s[family] += time.perf_counter() - start
+            truth, predicted = truth_and_predictions(predictor, test)
+            preds[family].append(predicted)
+        truths.append(truth)
+        for name, values in baselines(task, train, test).items():
+            base.setdefault(name, []).append(values)
+    y = np.concatenate(truths)
+    out = []
+    for family in families:
+        p = pd.concat(preds[family], ignore_index=True)
+        m = regression_metrics(y, p["y"], p["y_p10"], p["y_p90"])
+        out.append({"task": task, "split": split, "model": family, **m, "fit_s": fit_s[family]})
+    for name, values in base.items():
+        out.append({"task": task, "split": split, "model": f"baseline: {name}",
+                    **regression_metrics(y, np.concatenate(values))})  # fmt: skip
+    return out
+
+
+def speed(task: str, rows: pd.DataFrame, family: str, n: int = 100_000) -> float:
+    """Rows per second of one batch prediction of `n` rows (a fitted model on `rows`)."""
+    predictor = make_predictor(task, family).fit(rows)
+    batch = rows.sample(n, replace=True, random_state=0).reset_index(drop=True)
+    batch = batch.drop(columns=list(predictor.targets))
+    predictor.predict_interval(batch.head(100))  # warm
+    start = time.perf_counter()
+    predictor.predict_interval(batch)
+    return n / (time.perf_counter() - start)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="gbm only, for a fast check")
+    args = parser.parse_args()
+    tab = ("gbm",) if args.quick else ("gbm", "fcn")
+    graph = tab if args.quick else ("gbm", "fcn", "rnn", "gnn")
+    scaling = _scaling_rows()
+    interference = datasets.load("gavel-interference")
+    graphs = datasets.load("neusight-graphs")
+    philly = datasets.load("pollux-philly")
+    cases = [
+        ("scaling", "scaling", scaling, "random", tab, folds(scaling, "scaling", "random")),
+        ("scaling", "scaling", scaling, "new GPU, 1-GPU rows only", tab, new_gpu_folds(scaling)),
+        ("scaling", "scaling", scaling, "job", tab, folds(scaling, "scaling", "job")),
+        ("interference", "interference", interference, "random", tab,
+         folds(interference, "interference", "random")),
+        ("interference", "interference", interference, "unseen-job pairs", tab,
+         folds(interference, "interference", "job")),
+        ("runtime", "graph", graphs, "random", graph, folds(graphs, "graph", "random")),
+        ("runtime", "graph", graphs, "leave one GPU out", graph,
+         folds(graphs, "graph", "gpu_type")),
+        ("duration", "trace", philly, "random", tab, folds(philly, "trace", "random", n_folds=3)),
+    ]  # fmt: skip
+    results = []
+    for task, kind, rows, split, families, fold_iter in track(cases, description="accuracy"):
+        results.extend(run_case(task, kind, rows, split, families, fold_iter))
+    table = pd.DataFrame(results)
+    lines = [
+        "| task | split | model | n | MAPE % | MAE | Spearman | p10-p90 coverage | fit s (all folds) |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in table.itertuples():
+        cov = "" if pd.isna(getattr(r, "interval_coverage", np.nan)) else f"{r.interval_coverage:.0%}"
+        fit = "" if pd.isna(r.fit_s) else f"{r.fit_s:.1f}"
+        lines.append(
+            f"| {r.task} | {r.split} | {r.model} | {r.n} | {r.mape:.1f} | {r.mae:.4g} "
+            f"| {r.spearman:.3f} | {cov} | {fit} |"
+        )
+    speeds = [
+        f"- {task} {family}: {speed(task, rows, family):,.0f} rows/s (one batch of 100,000 rows)"
+        for task, rows in (("scaling", scaling), ("interference", interference))
+        for family in tab
+    ]
+    body = (
+        "Data: scaling = " + ", ".join(SCALING_DATA) + "; interference = gavel-interference; "
+        "runtime = neusight-graphs; duration = pollux-philly. Metrics pooled over the folds "
+        "(random: 5-fold; job: 5 groups of workloads, both jobs of a test pair unseen; "
+        "leave one GPU out: every device once; new GPU: each GPU type's multi-GPU rows with "
+        "its one-GPU rows in training). Interference counts both jobs' speeds as rows.\n\n"
+        + "\n".join(lines)
+        + "\n\nBatch prediction speed (2 cores, includes contract validation and features):\n"
+        + "\n".join(speeds)
+    )
+    command = "python -m benchmarks.accuracy" + (" --quick" if args.quick else "")
+    write_section("accuracy", "Prediction accuracy against baselines", command, body)
+    print(table.to_string())
+
+
+if __name__ == "__main__":
+    main()
