@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/perfcast quickstart
+	$(BIN)/perfcast serve
 
 test: $(STAMP)
 	$(BIN)/ruff check .

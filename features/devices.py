@@ -76,7 +76,8 @@ def canonical_device(name: str) -> str:
 
 def spec_frame(devices: pd.Series) -> pd.DataFrame:
     """Spec columns for each device name in `devices` (NaN where the device is unknown)."""
-    keys = devices.astype(str).map(canonical_device)
+    names = devices.astype(str)
+    keys = names.map({name: canonical_device(name) for name in names.unique()})
     table = pd.DataFrame(
         [[getattr(spec, c) for c in SPEC_COLUMNS] for spec in DEVICES.values()],
         index=list(DEVICES),

@@ -34,8 +34,12 @@ def _gpus_per_node(rows: pd.DataFrame) -> pd.Series:
     even = np.ceil(rows["num_gpus"] / rows["num_nodes"])
     if "placement" not in rows.columns:
         return even.astype("int64")
-    biggest = rows["placement"].map(
-        lambda p: max(int(c) for c in str(p)) if isinstance(p, str) and p.isdigit() else np.nan
+    placements = rows["placement"]
+    biggest = placements.map(
+        {
+            p: max(int(c) for c in p) if isinstance(p, str) and p.isdigit() else np.nan
+            for p in placements.dropna().unique()
+        }
     )
     return biggest.fillna(even).astype("int64")
 
@@ -80,14 +84,16 @@ class ScalingFeatures:
         same (gpu_type, local_batch_size) as the row itself."""
         if self.overhead_.empty:
             return pd.Series(np.nan, index=rows.index)
-        left = rows[[*_CONFIG, "gpu_type", "local_batch_size"]].reset_index()
-        merged = left.merge(self.overhead_, on=_CONFIG, how="inner", suffixes=("", "_ref"))
+        keys = [*_CONFIG, "gpu_type", "local_batch_size"]
+        # work on the distinct keys only: a batch of 10^5 rows has few distinct configurations
+        unique = rows[keys].drop_duplicates()
+        merged = unique.merge(self.overhead_, on=_CONFIG, how="inner", suffixes=("", "_ref"))
         same = (merged["gpu_type"] == merged["gpu_type_ref"]) & (
             merged["local_batch_size"] == merged["local_batch_size_ref"]
         )
-        merged = merged[~same]
-        by_row = merged.groupby("index")["overhead"].median()
-        return by_row.reindex(rows.index)
+        medians = merged[~same].groupby(keys, as_index=False)["overhead"].median()
+        looked_up = rows[keys].merge(medians, on=keys, how="left")["overhead"]
+        return pd.Series(looked_up.to_numpy(), index=rows.index)
 
     def transform(self, rows: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
         rows = fill_specs(rows.assign(gpus_per_node=_gpus_per_node(rows)), "gpu_type")

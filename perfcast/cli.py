@@ -38,7 +38,6 @@ app = typer.Typer(
 # (module, group name or None to merge the module's commands at the top level)
 _GROUPS: list[tuple[str, str | None]] = [
     ("datasets.cli", "datasets"),
-    ("perfcast.quickstart", None),
     ("features.cli", "profile"),
     ("training.cli", None),
     ("serving.cli", None),

@@ -44,10 +44,14 @@ class ScalingPredictor(TaskPredictor):
 
     def _predict_interval(self, rows: pd.DataFrame) -> pd.DataFrame:
         X, log_base = self.features_.transform(rows)
-        out = np.vstack(self.direct_model_.predict_quantiles(X))
+        out = np.empty((3, len(X)))
         has_base = np.isfinite(log_base)
-        if self.ratio_model_ is not None and has_base.any():
+        if self.ratio_model_ is None:
+            has_base[:] = False
+        if has_base.any():
             ratio = np.vstack(self.ratio_model_.predict_quantiles(X[has_base]))
             out[:, has_base] = ratio + log_base[has_base]
+        if (~has_base).any():
+            out[:, ~has_base] = np.vstack(self.direct_model_.predict_quantiles(X[~has_base]))
         lo, mid, hi = np.exp(out)
         return interval_frame(self.targets, rows.index, [(lo, mid, hi)])
