@@ -46,7 +46,9 @@ class QuantileGBM(BaseEstimator):
             subsample_freq=1,
             colsample_bytree=0.9,
             random_state=self.random_state,
-            n_jobs=2,
+            # one thread: these tables are small, and OpenMP threads fighting torch's own
+            # pool (and other processes) made fits many times slower on two cores
+            n_jobs=1,
             verbose=-1,
             **objective,
         )
@@ -60,7 +62,8 @@ class QuantileGBM(BaseEstimator):
         return self
 
     def predict_quantiles(self, X: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        lo, mid, hi = (m.predict(X) for m in self.models_)
+        threads = 2 if len(X) >= 20_000 else 1  # big batches split across two threads
+        lo, mid, hi = (m.predict(X, num_threads=threads) for m in self.models_)
         return lo, mid, hi
 
 
