@@ -140,11 +140,13 @@ def main() -> None:
         results.extend(run_case(task, kind, rows, split, families, fold_iter))
     table = pd.DataFrame(results)
     lines = [
-        "| task | split | model | n | MAPE % | MAE | Spearman | p10-p90 coverage | fit s (all folds) |",
+        "| task | split | model | n | MAPE % | MAE | Spearman | p10-p90 coverage "
+        "| fit s (all folds) |",
         "|---|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     for r in table.itertuples():
-        cov = "" if pd.isna(getattr(r, "interval_coverage", np.nan)) else f"{r.interval_coverage:.0%}"
+        coverage = getattr(r, "interval_coverage", np.nan)
+        cov = "" if pd.isna(coverage) else f"{coverage:.0%}"
         fit = "" if pd.isna(r.fit_s) else f"{r.fit_s:.1f}"
         lines.append(
             f"| {r.task} | {r.split} | {r.model} | {r.n} | {r.mape:.1f} | {r.mae:.4g} "

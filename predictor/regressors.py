@@ -204,8 +204,10 @@ class ConformalQuantiles(BaseEstimator):
             scores = np.empty(len(y))
             folds = KFold(self.n_folds, shuffle=True, random_state=self.random_state)
             for train, test in folds.split(X):
-                lo, _, hi = clone(self.regressor).fit(X.iloc[train], y[train]).predict_quantiles(
-                    X.iloc[test]
+                lo, _, hi = (
+                    clone(self.regressor)
+                    .fit(X.iloc[train], y[train])
+                    .predict_quantiles(X.iloc[test])
                 )
                 scores[test] = np.maximum(lo - y[test], y[test] - hi)
             level = min(1.0, np.ceil((len(y) + 1) * self.coverage) / len(y))
