@@ -6,6 +6,7 @@ numbers or pandas categoricals, so either one can sit behind any tabular task pr
 
 from __future__ import annotations
 
+import warnings
 from typing import Self
 
 import lightgbm as lgb
@@ -99,8 +100,10 @@ class TabularEncoder:
             if isinstance(X[c].dtype, pd.CategoricalDtype)
         }
         values = X[self.numeric_].to_numpy(dtype=np.float64)
-        self.mean_ = np.nan_to_num(np.nanmean(values, axis=0)) if len(values) else 0.0
-        self.std_ = np.nan_to_num(np.nanstd(values, axis=0), nan=1.0)
+        with warnings.catch_warnings():  # an all-missing column is fine: it encodes as 0
+            warnings.simplefilter("ignore", RuntimeWarning)
+            self.mean_ = np.nan_to_num(np.nanmean(values, axis=0))
+            self.std_ = np.nan_to_num(np.nanstd(values, axis=0), nan=1.0)
         self.std_[self.std_ < 1e-9] = 1.0
         return self
 
@@ -129,8 +132,8 @@ class QuantileMLP(BaseEstimator):
         lr: float = 3e-3,
         weight_decay: float = 1e-4,
         batch_size: int = 256,
-        n_members: int = 3,
-        max_steps: int = 4000,
+        n_members: int = 2,
+        max_steps: int = 2000,
         random_state: int = 0,
     ) -> None:
         self.max_steps = max_steps

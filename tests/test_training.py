@@ -44,7 +44,7 @@ def test_train_registers_and_champion_moves_only_on_a_win() -> None:
     )  # fmt: skip
     assert second.exit_code == 0, second.output
     two = _last_json(second.output)
-    champion = client.get_model_version_by_alias(name, model_store.CHAMPION).version
+    champion = str(client.get_model_version_by_alias(name, model_store.CHAMPION).version)
     # the alias sits on the better of the two on the same held-out rows
     better = two if two["mape"] < one["mape"] else one
     assert champion == better["version"]
