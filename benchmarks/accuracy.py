@@ -115,6 +115,11 @@ def speed(task: str, rows: pd.DataFrame, family: str, n: int = 100_000) -> float
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="gbm only, for a fast check")
+    parser.add_argument(
+        "--task",
+        choices=["scaling", "interference", "runtime", "duration"],
+        help="only this task's cases, printed and not written to docs/BENCHMARKS.md",
+    )
     args = parser.parse_args()
     tab = ("gbm",) if args.quick else ("gbm", "fcn")
     graph = tab if args.quick else ("gbm", "fcn", "rnn", "gnn")
@@ -135,10 +140,15 @@ def main() -> None:
          folds(graphs, "graph", "gpu_type")),
         ("duration", "trace", philly, "random", tab, folds(philly, "trace", "random", n_folds=3)),
     ]  # fmt: skip
+    if args.task:
+        cases = [case for case in cases if case[0] == args.task]
     results = []
     for task, kind, rows, split, families, fold_iter in track(cases, description="accuracy"):
         results.extend(run_case(task, kind, rows, split, families, fold_iter))
     table = pd.DataFrame(results)
+    if args.task:
+        print(table.drop(columns=["rmse", "r2"], errors="ignore").to_string())
+        return
     lines = [
         "| task | split | model | n | MAPE % | MAE | Spearman | p10-p90 coverage "
         "| fit s (all folds) |",
