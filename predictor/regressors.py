@@ -63,9 +63,31 @@ class QuantileGBM(BaseEstimator):
         return self
 
     def predict_quantiles(self, X: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        # The boosters straight on one float matrix: the sklearn wrapper would convert the
+        # frame once per model, which costs more than the trees for a few rows.
+        matrix = lgbm_matrix(X, self.models_[0].booster_.pandas_categorical)
         threads = 2 if len(X) >= 20_000 else 1  # big batches split across two threads
-        lo, mid, hi = (m.predict(X, num_threads=threads) for m in self.models_)
+        lo, mid, hi = (m.booster_.predict(matrix, num_threads=threads) for m in self.models_)
         return lo, mid, hi
+
+
+def lgbm_matrix(X: pd.DataFrame, categories: list[list] | None) -> np.ndarray:
+    """`X` as LightGBM's sklearn wrapper hands it to the booster: float64, each categorical
+    column as codes of the categories it had at fit time (`categories`, in column order; an
+    unseen or missing category is NaN)."""
+    remaining = iter(categories or [])
+    columns = []
+    for name, dtype in X.dtypes.items():
+        if not isinstance(dtype, pd.CategoricalDtype):
+            columns.append(X[name].to_numpy(dtype=np.float64, na_value=np.nan))
+            continue
+        known = next(remaining)
+        codes = X[name].cat.codes.to_numpy()
+        if len(dtype.categories) and list(dtype.categories) != list(known):
+            recode = pd.Index(known).get_indexer(dtype.categories)
+            codes = np.where(codes >= 0, recode[codes], -1)
+        columns.append(np.where(codes >= 0, codes, np.nan))
+    return np.column_stack(columns) if columns else np.empty((len(X), 0))
 
 
 class _MLP(nn.Module):
