@@ -23,6 +23,9 @@ class DeviceSpec:
     mem_gb: float
     num_sm: float
     l2_mb: float
+    # FP32 peak of the matrix units where GEMMs run faster than on the vector units (AMD CDNA
+    # matrix cores); None means GEMMs run at `peak_tflops_fp32` (NVIDIA FP32 without TF32)
+    matrix_tflops_fp32: float | None = None
 
 
 SPEC_COLUMNS = ("peak_tflops_fp32", "mem_bw_gbps", "mem_gb", "num_sm", "l2_mb")
@@ -41,9 +44,9 @@ DEVICES: dict[str, DeviceSpec] = {
     "a100": DeviceSpec(19.5, 1555.0, 40.0, 108, 40.0),
     "a100-80gb": DeviceSpec(19.5, 1935.0, 80.0, 108, 40.0),
     "h100": DeviceSpec(67.0, 3350.0, 80.0, 132, 50.0),
-    "mi100": DeviceSpec(23.1, 1228.8, 32.0, 120, 8.0),
-    "mi210": DeviceSpec(22.6, 1638.4, 64.0, 104, 8.0),
-    "mi250": DeviceSpec(22.6, 1638.4, 64.0, 104, 8.0),
+    "mi100": DeviceSpec(23.1, 1228.8, 32.0, 120, 8.0, 46.1),
+    "mi210": DeviceSpec(22.6, 1638.4, 64.0, 104, 8.0, 45.3),
+    "mi250": DeviceSpec(22.6, 1638.4, 64.0, 104, 8.0, 45.3),
 }
 
 _PATTERNS: list[tuple[str, str]] = [
@@ -99,6 +102,18 @@ def fill_specs(df: pd.DataFrame, device_column: str) -> pd.DataFrame:
         else:
             out[column] = specs[column]
     return out
+
+
+def matrix_speedup(devices: pd.Series) -> pd.Series:
+    """How much faster than `peak_tflops_fp32` each device runs FP32 GEMMs (1.0 where the
+    device has no faster matrix units or is unknown)."""
+    names = devices.astype(str)
+    ratio = {}
+    for name in names.unique():
+        spec = DEVICES.get(canonical_device(name))
+        matrix = spec.matrix_tflops_fp32 if spec is not None else None
+        ratio[name] = matrix / spec.peak_tflops_fp32 if matrix else 1.0
+    return names.map(ratio).astype(float)
 
 
 def ridge_point(peak_tflops: float, mem_bw_gbps: float) -> float:

@@ -1,8 +1,12 @@
 """Features for the `runtime` task: a model's iteration latency from its operator graph.
 
-Every node gets a roofline time on the sample's device, max(flops / peak, bytes / bandwidth);
-their sum is the physical base the models correct (they predict log(latency / roofline)), so a
-faster device, seen or not, moves the prediction the right way. Three views of a graph:
+Every node gets a roofline time on the sample's device, max(flops / peak, bytes / bandwidth)
+(GEMMs at the peak of the device's matrix units), and a repeat count: a graph that traces one
+transformer layer of a `num_layers`-layer model runs that layer's nodes `num_layers` times.
+Their weighted sum is the physical base the models correct (they predict log(latency / base)),
+so a faster device, seen or not, moves the prediction the right way. Views of a graph:
+- `op_table`: one row per node that does work, with features of the op against the device (for
+  the per-operator latency model, trained on measured node latencies as in NeuSight);
 - `sample_table`: one row per sample, aggregated per op kind (for the tabular models);
 - `node_arrays`: per-node feature matrices in topological order with the graph's edges (for
   the RNN and the GNN).
@@ -17,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from datasets.contract import GRAPH_SAMPLE_COLUMNS
-from features.devices import SPEC_COLUMNS, fill_specs
+from features.devices import SPEC_COLUMNS, fill_specs, matrix_speedup
 
 # op kinds that get their own aggregate columns; anything else counts as "other"
 OP_KINDS = (
@@ -25,20 +29,80 @@ OP_KINDS = (
     "activation", "reduction", "other",
 )  # fmt: skip
 _MS = 1e3
+GEMM_KINDS = ("linear", "bmm", "conv2d")
+# a node of a numbered layer: `transformer.h.0.ln_1`, `bert.encoder.layer.3.output.dense`, ...
+_LAYER_NAME = r"(?:^|[._])(?:h|layer|layers|block|blocks)[._]\d+(?:[._]|$)"
 
 
 def _normalize_op(op: pd.Series) -> pd.Series:
     return op.where(op.isin(OP_KINDS[:-1]), "other")
 
 
+def node_repeat(nodes: pd.DataFrame) -> pd.Series:
+    """How many times each node runs per iteration. NeuSight traces ONE layer (with the
+    embeddings and the head) of a `num_layers`-layer model (see datasets/sources/neusight.py):
+    the nodes from the first to the last that belong to a numbered layer run
+    num_layers / graph_layers times, the others once. A graph with `num_layers` but no named
+    layer repeats whole; graphs without `num_layers` run once."""
+    if "num_layers" not in nodes.columns:
+        return pd.Series(1.0, index=nodes.index)
+    traced = nodes["graph_layers"] if "graph_layers" in nodes.columns else 1.0
+    times = (nodes["num_layers"].astype(float) / traced).fillna(1.0)
+    names = pd.Series("", index=nodes.index)
+    for column in ("fx_target", "node_name"):
+        if column in nodes.columns:
+            names = names + " " + nodes[column].fillna("").astype(str)
+    in_layer = names.str.contains(_LAYER_NAME, regex=True)
+    position = nodes["node_id"].astype(float)
+    layer_pos = position.where(in_layer)
+    by_sample = layer_pos.groupby(nodes["sample_id"], sort=False)
+    first, last = by_sample.transform("min"), by_sample.transform("max")
+    block = ((position >= first) & (position <= last)) | first.isna()
+    return times.where(block, 1.0)
+
+
 def with_roofline(nodes: pd.DataFrame) -> pd.DataFrame:
-    """Nodes with device specs filled and `roofline_ms` per node."""
+    """Nodes with device specs filled, `roofline_ms` and `repeat` per node."""
     nodes = fill_specs(nodes, "device")
-    compute_s = nodes["flops"] / (nodes["peak_tflops_fp32"] * 1e12)
+    nodes["op_kind"] = _normalize_op(nodes["op"])
+    speedup = matrix_speedup(nodes["device"]).where(nodes["op_kind"].isin(GEMM_KINDS), 1.0)
+    nodes["peak_op_tflops"] = nodes["peak_tflops_fp32"] * speedup
+    compute_s = nodes["flops"] / (nodes["peak_op_tflops"] * 1e12)
     memory_s = nodes["bytes"] / (nodes["mem_bw_gbps"] * 1e9)
     nodes["roofline_ms"] = np.maximum(compute_s, memory_s) * _MS
-    nodes["op_kind"] = _normalize_op(nodes["op"])
+    nodes["repeat"] = node_repeat(nodes)
     return nodes
+
+
+def op_table(nodes: pd.DataFrame) -> pd.DataFrame:
+    """One row per node that moves bytes or computes (others take no kernel time), with
+    features that relate the op to the device as ratios to physical quantities (intensity
+    against the ridge point, bytes against L2, work per SM), so a tree needs no
+    extrapolation to rate a new device. Keeps `sample_id`, `repeat` and `roofline_ms`."""
+    if "roofline_ms" not in nodes.columns:
+        nodes = with_roofline(nodes)
+    busy = nodes[(nodes["flops"] > 0) | (nodes["bytes"] > 0)]
+    flops, nbytes = busy["flops"].astype(float), busy["bytes"].astype(float).clip(lower=1.0)
+    ridge = busy["peak_op_tflops"] * 1e12 / (busy["mem_bw_gbps"] * 1e9)
+    numel = busy["output_shape"].map(lambda s: float(np.prod(json.loads(s) or [1])))
+    out = pd.DataFrame(index=busy.index)
+    out["op"] = busy["op"].astype(str)
+    out["train"] = (busy["mode"] == "train").astype(float)
+    out["log_roofline_us"] = np.log(busy["roofline_ms"] * 1e3)
+    out["log_flops"] = np.log1p(flops)
+    out["log_bytes"] = np.log(nbytes)
+    out["log_intensity_vs_ridge"] = np.log((flops + 1.0) / nbytes / ridge)
+    out["log_bytes_vs_l2"] = np.log(nbytes / (busy["l2_mb"] * 2**20))
+    out["log_elements_per_sm"] = np.log(numel.clip(lower=1.0) / busy["num_sm"])
+    out["log_ridge"] = np.log(ridge)
+    for column in ("peak_op_tflops", "mem_bw_gbps", "num_sm", "l2_mb"):
+        out[f"log_{column}"] = np.log(busy[column].astype(float))
+    out["sample_id"] = busy["sample_id"]
+    out["repeat"] = busy["repeat"]
+    out["roofline_ms"] = busy["roofline_ms"]
+    if "latency_ms" in busy.columns:
+        out["latency_ms"] = busy["latency_ms"]
+    return out
 
 
 def samples(nodes: pd.DataFrame) -> pd.DataFrame:
@@ -47,20 +111,13 @@ def samples(nodes: pd.DataFrame) -> pd.DataFrame:
     return nodes.drop_duplicates("sample_id")[present].set_index("sample_id")
 
 
-def _layer_repeat(info: pd.DataFrame) -> pd.Series:
-    """How many times the traced graph runs per iteration: NeuSight traces one layer of a
-    `num_layers`-layer model (see datasets/sources/neusight.py); other graphs run once."""
-    if "num_layers" not in info.columns:
-        return pd.Series(1.0, index=info.index)
-    traced = info["graph_layers"] if "graph_layers" in info.columns else 1.0
-    return (info["num_layers"].astype(float) / traced).fillna(1.0)
-
-
 def sample_table(nodes: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
     """(features per sample, log roofline base per sample), indexed by sample_id."""
     nodes = with_roofline(nodes)
     info = fill_specs(samples(nodes).reset_index(), "device").set_index("sample_id")
-    repeat = _layer_repeat(info)
+    nodes["roofline_ms"] *= nodes["repeat"]  # per iteration from here on
+    nodes["flops"] *= nodes["repeat"]
+    nodes["bytes"] *= nodes["repeat"]
     grouped = nodes.groupby(["sample_id", "op_kind"], sort=False)
     per_kind = {
         name: series.unstack("op_kind").reindex(index=info.index, columns=OP_KINDS).fillna(0.0)
@@ -68,7 +125,7 @@ def sample_table(nodes: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
     }
     X = pd.DataFrame(index=info.index)
     totals = nodes.groupby("sample_id", sort=False)[["flops", "bytes", "roofline_ms"]].sum()
-    totals = totals.reindex(info.index).mul(repeat, axis=0)
+    totals = totals.reindex(info.index)
     X["log_flops"] = np.log1p(totals["flops"])
     X["log_bytes"] = np.log1p(totals["bytes"])
     X["log_nodes"] = np.log(nodes.groupby("sample_id", sort=False).size().reindex(info.index))
@@ -81,7 +138,7 @@ def sample_table(nodes: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
     X["log_batch"] = np.log2(info["batch_size"].astype(float))
     seq = info["seq_len"] if "seq_len" in info.columns else pd.Series(np.nan, index=info.index)
     X["log_seq"] = np.log2(seq.astype(float))
-    X["log_repeat"] = np.log(repeat)
+    X["log_repeat"] = np.log(nodes.groupby("sample_id", sort=False)["repeat"].max())
     return X, np.log(totals["roofline_ms"].to_numpy(dtype=float))
 
 

@@ -1,23 +1,72 @@
 """End-to-end iteration latency of a model on a device from its operator graph (`runtime`).
 
 Rows are the `graph` contract's long table (one row per node); predictions are one row per
-`sample_id`. Every family predicts log(latency / roofline) (see features.graphs): `gbm` and
-`fcn` from per-sample aggregates, `rnn` and `gnn` from the node graph itself.
+`sample_id`. Two stages, in the spirit of NeuSight:
+1. where the training rows carry measured node latencies, `OpLatencyModel` learns each op's
+   latency as a fraction of its roofline from the op's intensity against the device (trees on
+   ratios to physical quantities, so a new device needs no extrapolation); its sum over the
+   graph, layers repeated, is the sample's base. Without node latencies the base is the roofline.
+2. every family predicts log(latency / base): `gbm` and `fcn` from per-sample aggregates, `rnn`
+   and `gnn` from the node graph itself. Stage 2 learns from out-of-device stage-1 bases (each
+   training device's base from an op model that never saw it), so its corrections and its
+   intervals reflect the error on a device not in training.
 """
 
 from __future__ import annotations
 
 from typing import Self
 
+import lightgbm as lgb
 import numpy as np
 import pandas as pd
 
-from features.graphs import RuntimeHistory, node_arrays, sample_table, samples
+from features.graphs import RuntimeHistory, node_arrays, op_table, sample_table, samples
 from predictor.base import TaskPredictor, interval_frame
 from predictor.graph_models import GraphQuantileNet
 from predictor.regressors import make_regressor
 
 GRAPH_FAMILIES = ("rnn", "gnn")
+_NOT_FEATURES = ["sample_id", "repeat", "roofline_ms"]
+
+
+class OpLatencyModel:
+    """log(node latency / node roofline) from `features.graphs.op_table`; sums per sample."""
+
+    def __init__(self, random_state: int = 0) -> None:
+        self.random_state = random_state
+
+    def _features(self, table: pd.DataFrame) -> pd.DataFrame:
+        X = table.drop(columns=[*_NOT_FEATURES, "latency_ms"], errors="ignore")
+        return X.assign(op=pd.Categorical(X["op"], categories=self.ops_))
+
+    def fit(self, table: pd.DataFrame) -> Self:
+        table = table[table["latency_ms"] > 0]
+        self.ops_ = sorted(table["op"].unique())
+        self.model_ = lgb.LGBMRegressor(
+            n_estimators=300,
+            learning_rate=0.05,
+            num_leaves=31,
+            min_child_samples=10,
+            subsample=0.8,
+            subsample_freq=1,
+            colsample_bytree=0.8,
+            random_state=self.random_state,
+            n_jobs=1,  # small tables; OpenMP threads fight torch's pool on two cores
+            verbose=-1,
+        )
+        y = np.log(table["latency_ms"] / table["roofline_ms"])
+        self.model_.fit(self._features(table), y)
+        return self
+
+    def predict_log_sum(self, table: pd.DataFrame, index: pd.Index) -> np.ndarray:
+        """log of the predicted per-iteration latency (ms) of each sample in `index`."""
+        ratio = np.exp(self.model_.predict(self._features(table)))
+        ms = table["roofline_ms"] * ratio * table["repeat"]
+        return np.log(ms.groupby(table["sample_id"]).sum().reindex(index).to_numpy(dtype=float))
+
+
+def _has_node_latency(rows: pd.DataFrame) -> bool:
+    return "latency_ms" in rows.columns and bool(rows["latency_ms"].notna().any())
 
 
 class RuntimePredictor(TaskPredictor):
@@ -34,32 +83,68 @@ class RuntimePredictor(TaskPredictor):
     def family(self) -> str:  # type: ignore[override]
         return self.model
 
+    def _out_of_fold_base(self, ops: pd.DataFrame, groups: pd.Series, n_folds: int) -> np.ndarray:
+        """Each training sample's log stage-1 base from an op model fitted without its group
+        (`groups`: one value per sample, indexed by sample_id)."""
+        keys = pd.unique(groups)
+        base = pd.Series(np.nan, index=groups.index)
+        shuffled = np.random.default_rng(self.random_state).permutation(keys)
+        for chunk in np.array_split(shuffled, min(len(keys), n_folds)):
+            held = groups.index[groups.isin(chunk)]
+            is_held = ops["sample_id"].isin(held)
+            model = OpLatencyModel(self.random_state).fit(ops[~is_held])
+            base[held] = model.predict_log_sum(ops[is_held], held)
+        return base.to_numpy()
+
+    def _stage2_view(self, rows: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
+        """(extra features, log base) of stage 2's training samples. With an op model, the
+        bases come from op models that never saw the sample's device: stage 2 learns the
+        error it makes on a new device (random-split accuracy pays a little for this)."""
+        y = np.log(samples(rows)["e2e_latency_ms"].to_numpy(dtype=float))
+        _, log_base = sample_table(rows)
+        devices = samples(rows)["device"]
+        self.ops_ = None
+        extra = pd.DataFrame(index=devices.index)
+        if _has_node_latency(rows) and devices.nunique() > 1:
+            ops = op_table(rows)
+            self.ops_ = OpLatencyModel(self.random_state).fit(ops)
+            log_op = self._out_of_fold_base(ops, devices, n_folds=10)
+            extra["log_op_vs_roofline"] = log_op - log_base
+            log_base = log_op
+        self.history_ = RuntimeHistory().fit(rows, y - log_base)
+        return extra.join(self.history_.transform(rows)), log_base
+
     def _fit(self, rows: pd.DataFrame) -> Self:
         y = np.log(samples(rows)["e2e_latency_ms"].to_numpy(dtype=float))
-        X, log_base = sample_table(rows)
-        self.history_ = RuntimeHistory().fit(rows, y - log_base)
-        history = self.history_.transform(rows)
+        extra, log_base = self._stage2_view(rows)
+        target = y - log_base
         if self.model in GRAPH_FAMILIES:
-            graphs = node_arrays(rows, history)
+            graphs = node_arrays(rows, extra)
             self.regressor_ = GraphQuantileNet(
                 self.model, epochs=self.epochs, random_state=self.random_state
-            ).fit(graphs, y - log_base)
+            ).fit(graphs, target)
         else:
+            X, _ = sample_table(rows)
             self.regressor_ = make_regressor(self.model, random_state=self.random_state)
-            self.regressor_.fit(X.join(history), y - log_base)
+            self.regressor_.fit(X.join(extra), target)
         self.fitted_ = True
         return self
 
     def _predict_interval(self, rows: pd.DataFrame) -> pd.DataFrame:
-        history = self.history_.transform(rows)
+        X, log_base = sample_table(rows)
+        extra = pd.DataFrame(index=X.index)  # columns in the order _stage2_view makes them
+        if self.ops_ is not None:
+            log_op = self.ops_.predict_log_sum(op_table(rows), X.index)
+            extra["log_op_vs_roofline"] = log_op - log_base
+            log_base = log_op
+        extra = extra.join(self.history_.transform(rows))
         if self.model in GRAPH_FAMILIES:
-            graphs = node_arrays(rows, history)
+            graphs = node_arrays(rows, extra)
             index = pd.Index([g.sample_id for g in graphs], name="sample_id")
-            log_base = np.array([g.log_base for g in graphs])
+            log_base = pd.Series(log_base, X.index).reindex(index).to_numpy()
             quantiles = self.regressor_.predict_quantiles(graphs)
         else:
-            X, log_base = sample_table(rows)
             index = X.index
-            quantiles = self.regressor_.predict_quantiles(X.join(history))
+            quantiles = self.regressor_.predict_quantiles(X.join(extra))
         values = tuple(np.exp(q + log_base) for q in quantiles)
         return interval_frame(self.targets, index, [values])
