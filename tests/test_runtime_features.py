@@ -1,0 +1,71 @@
+"""The runtime task's physical base on the real NeuSight graphs: traced layers repeat, GEMMs use
+the matrix-unit peak, and the per-operator model rates a GPU it never saw without reading that
+GPU's measured node latencies."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from conftest import requires_data
+
+import datasets
+from features.devices import matrix_speedup
+from features.graphs import op_table, samples, with_roofline
+from predictor import make_predictor
+from predictor.runtime import OpLatencyModel
+
+pytestmark = requires_data
+torch.set_num_threads(1)
+HELD_OUT = "Tesla_P100-PCIE-16GB"
+
+
+@pytest.fixture(scope="module")
+def graphs() -> pd.DataFrame:
+    return datasets.load("neusight-graphs")
+
+
+def test_layer_nodes_repeat_and_the_rest_runs_once(graphs: pd.DataFrame) -> None:
+    nodes = with_roofline(graphs)
+    names = nodes["fx_target"].astype(str)
+    layer = names.str.contains(r"\.(?:h|layer|layers)\.0\.")
+    assert (nodes.loc[layer, "repeat"] == nodes.loc[layer, "num_layers"]).all()
+    outside = names.str.contains("wte|word_embeddings|lm_head|embed_tokens")
+    assert outside.any() and (nodes.loc[outside, "repeat"] == 1).all()
+    # measured node latencies, layers repeated, add up to the measured iteration
+    inference = nodes[nodes["mode"] == "inference"]
+    summed = (inference["latency_ms"] * inference["repeat"]).groupby(inference["sample_id"]).sum()
+    e2e = samples(inference)["e2e_latency_ms"]
+    assert np.median(np.abs(summed.reindex(e2e.index) / e2e - 1)) < 0.05
+
+
+def test_matrix_speedup_only_where_the_device_has_faster_matrix_units() -> None:
+    speedup = matrix_speedup(pd.Series(["AMD_Instinct_MI250", "Tesla_V100-PCIE-32GB", "tpu-x"]))
+    assert speedup.iloc[0] == pytest.approx(45.3 / 22.6)
+    assert list(speedup.iloc[1:]) == [1.0, 1.0]
+
+
+def test_op_model_rates_an_unseen_gpu_better_than_a_scaled_roofline(graphs: pd.DataFrame) -> None:
+    ops = op_table(graphs)
+    device = graphs.loc[ops.index, "device"]
+    model = OpLatencyModel().fit(ops[device != HELD_OUT])
+    test = ops[device == HELD_OUT]
+    truth = samples(graphs[graphs["device"] == HELD_OUT])["e2e_latency_ms"]
+    predicted = np.exp(model.predict_log_sum(test, truth.index))
+    train = ops[device != HELD_OUT]
+    roofline = (test["roofline_ms"] * test["repeat"]).groupby(test["sample_id"]).sum()
+    train_roofline = (train["roofline_ms"] * train["repeat"]).groupby(train["sample_id"]).sum()
+    train_truth = samples(graphs[graphs["device"] != HELD_OUT])["e2e_latency_ms"]
+    scale = np.median(train_truth / train_roofline.reindex(train_truth.index))
+    op_error = np.mean(np.abs(predicted / truth - 1))
+    roofline_error = np.mean(np.abs(roofline.reindex(truth.index) * scale / truth - 1))
+    assert op_error < roofline_error
+
+
+def test_prediction_ignores_the_new_gpus_measured_node_latencies(graphs: pd.DataFrame) -> None:
+    held = graphs["device"] == HELD_OUT
+    model = make_predictor("runtime", "gbm").fit(graphs[~held])
+    rows = graphs[held].drop(columns=["e2e_latency_ms"])
+    scrambled = rows.assign(latency_ms=rows["latency_ms"].sample(frac=1, random_state=0).values)
+    pd.testing.assert_frame_equal(model.predict_interval(rows), model.predict_interval(scrambled))
