@@ -6,19 +6,23 @@ estimate instead of raw times, and can be trusted on a GPU type they only saw on
 - `t1`: the job's one-GPU step time on this GPU type at this local batch size, looked up in the
   reference rows seen at fit time, or interpolated linearly in batch size from that job's other
   one-GPU rows on this GPU (compute time is close to affine in batch size).
-- `overhead`: the job's measured (step - t1) for the same GPU count and node spread, taken from
-  reference rows on other GPU types or other batch sizes (synchronization depends on model size
-  and network, little on batch size or compute speed).
+- `overhead`: the job's measured (step - t1) for the same GPU count and node spread. Two
+  sources, kept apart because they are not equally good: the same GPU type at other batch sizes
+  (`same`), and other GPU types (`cross`, preferring the same batch size), the only one there is
+  on a new GPU. Synchronization depends on model size and network more than on compute speed,
+  so the cross-GPU overhead transfers, with an error the models correct from the ratio of this
+  GPU's one-GPU time to the reference GPUs' (`log_t1_vs_ref`).
 The base estimate is `t1 + overhead` (or `t1` alone); models predict log(step / base). A row
 without a `t1` falls back to a second, direct model of log(step).
 
 Every lookup excludes the row's own (gpu_type, local_batch_size), so training rows see exactly
-what an unseen row would see.
+what an unseen row would see. `transform(..., new_gpu=True)` also hides the same-GPU overhead,
+the view of a GPU known only from its one-GPU rows; predictors train on both views.
 """
 
 from __future__ import annotations
 
-from typing import Self
+from typing import NamedTuple, Self
 
 import numpy as np
 import pandas as pd
@@ -27,9 +31,19 @@ from features.devices import SPEC_COLUMNS, fill_specs
 
 _KEY = ["job", "gpu_type"]
 _CONFIG = ["job", "num_gpus", "num_nodes", "gpus_per_node"]
+_ROW_KEY = [*_CONFIG, "gpu_type", "local_batch_size"]
 
 
-def _gpus_per_node(rows: pd.DataFrame) -> pd.Series:
+class Lookup(NamedTuple):
+    """What the reference rows say about one (configuration, GPU type, batch size)."""
+
+    t1: float
+    same: float  # median overhead on the same GPU type at other batch sizes
+    cross: float  # median overhead on other GPU types (same batch size where measured)
+    log_t1_ref: float  # median log one-GPU time of the rows behind `cross`
+
+
+def gpus_per_node_of(rows: pd.DataFrame) -> pd.Series:
     """Largest number of GPUs on one node (from `placement` when given, else even spread)."""
     even = np.ceil(rows["num_gpus"] / rows["num_nodes"])
     if "placement" not in rows.columns:
@@ -48,75 +62,130 @@ class ScalingFeatures:
     """fit(reference rows) then transform(rows) -> (features, log_base)."""
 
     def fit(self, rows: pd.DataFrame) -> Self:
-        ref = rows.assign(gpus_per_node=_gpus_per_node(rows))
-        self.single_ = ref.loc[ref["num_gpus"] == 1, [*_KEY, "local_batch_size", "step_time_s"]]
-        self.single_ = self.single_.groupby([*_KEY, "local_batch_size"], as_index=False).median()
-        t1 = self._t1(ref)
-        ref = ref.assign(overhead=ref["step_time_s"] - t1)
-        self.overhead_ = ref.loc[
-            t1.notna() & (ref["num_gpus"] > 1),
-            [*_CONFIG, "gpu_type", "local_batch_size", "overhead"],
-        ]
+        ref = rows.assign(gpus_per_node=gpus_per_node_of(rows))
+        single = ref.loc[ref["num_gpus"] == 1, [*_KEY, "local_batch_size", "step_time_s"]]
+        single = single.groupby([*_KEY, "local_batch_size"], as_index=False).median()
+        self.single_ = {
+            key: (
+                part["local_batch_size"].to_numpy(dtype=float),
+                part["step_time_s"].to_numpy(dtype=float),
+            )
+            for key, part in single.groupby(_KEY, sort=False)
+        }
+        keys = _keys(ref)
+        t1 = np.array([self._t1(*key) for key in keys])
+        multi = (ref["num_gpus"] > 1).to_numpy() & np.isfinite(t1)
+        sync = pd.DataFrame(
+            {
+                "config": [key[:4] for key, m in zip(keys, multi, strict=True) if m],
+                "gpu_type": ref.loc[multi, "gpu_type"].to_numpy(),
+                "bsz": ref.loc[multi, "local_batch_size"].to_numpy(dtype=float),
+                "overhead": ref.loc[multi, "step_time_s"].to_numpy(dtype=float) - t1[multi],
+                "log_t1": np.log(t1[multi]),
+            }
+        )
+        self.sync_ = {
+            config: (
+                part["gpu_type"].to_numpy(),
+                part["bsz"].to_numpy(),
+                part["overhead"].to_numpy(),
+                part["log_t1"].to_numpy(),
+            )
+            for config, part in sync.groupby("config", sort=False)
+        }
         self.jobs_ = pd.Index(sorted(ref["job"].unique()))
         return self
 
-    def _t1(self, rows: pd.DataFrame) -> pd.Series:
-        """One-GPU step time for each row, leave-own-(gpu, batch)-out, interpolated in batch."""
-        out = pd.Series(np.nan, index=rows.index)
-        groups = dict(list(self.single_.groupby(_KEY, sort=False)))
-        for key, part in rows.groupby(_KEY, sort=False):
-            ref = groups.get(key)
-            if ref is None:
-                continue
-            bsz_ref = ref["local_batch_size"].to_numpy(dtype=float)
-            t_ref = ref["step_time_s"].to_numpy(dtype=float)
-            single = part["num_gpus"] == 1
-            for (bsz, is_single), idx in part.groupby(["local_batch_size", single]).groups.items():
-                exact = bsz_ref == bsz
-                if exact.any() and not is_single:
-                    out[idx] = t_ref[exact][0]
-                else:  # a one-GPU row never sees its own time: interpolate from the others
-                    out[idx] = _affine_at(bsz_ref[~exact], t_ref[~exact], float(bsz))
-        return out
+    def _t1(self, job: str, gpus: int, nodes: int, gpn: int, gpu: str, bsz: float) -> float:
+        """One-GPU step time, leave-own-(gpu, batch)-out for one-GPU rows, interpolated."""
+        ref = self.single_.get((job, gpu))
+        if ref is None:
+            return float("nan")
+        bsz_ref, t_ref = ref
+        exact = bsz_ref == bsz
+        if exact.any() and gpus != 1:
+            return float(t_ref[exact][0])
+        return _affine_at(bsz_ref[~exact], t_ref[~exact], float(bsz))
 
-    def _overhead(self, rows: pd.DataFrame) -> pd.Series:
-        """Median measured overhead of the same job and GPU spread, excluding rows with the
-        same (gpu_type, local_batch_size) as the row itself."""
-        if self.overhead_.empty:
-            return pd.Series(np.nan, index=rows.index)
-        keys = [*_CONFIG, "gpu_type", "local_batch_size"]
-        # work on the distinct keys only: a batch of 10^5 rows has few distinct configurations
-        unique = rows[keys].drop_duplicates()
-        merged = unique.merge(self.overhead_, on=_CONFIG, how="inner", suffixes=("", "_ref"))
-        same = (merged["gpu_type"] == merged["gpu_type_ref"]) & (
-            merged["local_batch_size"] == merged["local_batch_size_ref"]
+    def _lookup(self, key: tuple) -> Lookup:
+        t1 = self._t1(*key)
+        ref = self.sync_.get(key[:4])
+        if ref is None or key[1] == 1:
+            return Lookup(t1, np.nan, np.nan, np.nan)
+        gpus, bszs, overheads, log_t1s = ref
+        gpu, bsz = key[4], float(key[5])
+        same = (gpus == gpu) & (bszs != bsz)
+        cross = gpus != gpu
+        if (cross & (bszs == bsz)).any():
+            cross &= bszs == bsz
+        return Lookup(
+            t1,
+            float(np.median(overheads[same])) if same.any() else np.nan,
+            float(np.median(overheads[cross])) if cross.any() else np.nan,
+            float(np.median(log_t1s[cross])) if cross.any() else np.nan,
         )
-        medians = merged[~same].groupby(keys, as_index=False)["overhead"].median()
-        looked_up = rows[keys].merge(medians, on=keys, how="left")["overhead"]
-        return pd.Series(looked_up.to_numpy(), index=rows.index)
 
-    def transform(self, rows: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
-        rows = fill_specs(rows.assign(gpus_per_node=_gpus_per_node(rows)), "gpu_type")
-        t1 = self._t1(rows)
-        overhead = self._overhead(rows).clip(lower=0)
-        base = t1 + overhead.fillna(0)
-        X = pd.DataFrame(index=rows.index)
-        X["log_num_gpus"] = np.log2(rows["num_gpus"])
-        X["num_nodes"] = rows["num_nodes"].astype(float)
-        X["gpus_per_node"] = rows["gpus_per_node"].astype(float)
-        X["multi_node"] = (rows["num_nodes"] > 1).astype(float)
-        X["log_local_bsz"] = np.log2(rows["local_batch_size"])
-        X["log_global_bsz"] = np.log2(rows["local_batch_size"] * rows["num_gpus"])
-        X["log_t1"] = np.log(t1)
-        X["log_overhead_ratio"] = np.log1p(overhead / t1)
-        X["has_overhead"] = overhead.notna().astype(float)
+    def lookups(self, rows: pd.DataFrame) -> pd.DataFrame:
+        """Lookup values for each row (`rows` needs a `gpus_per_node` column); every distinct
+        key is looked up once, as a batch of 10^5 rows has few distinct configurations."""
+        keys = _keys(rows)
+        memo = self.__dict__.setdefault("_memo", {})  # a service asks for the same keys often
+        if len(memo) > 100_000:
+            memo.clear()
+        for key in dict.fromkeys(keys):
+            if key not in memo:
+                memo[key] = self._lookup(key)
+        return pd.DataFrame([memo[key] for key in keys], index=rows.index, columns=Lookup._fields)
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "_memo"}
+
+    def transform(
+        self, rows: pd.DataFrame, new_gpu: bool = False
+    ) -> tuple[pd.DataFrame, np.ndarray]:
+        rows = fill_specs(rows.assign(gpus_per_node=gpus_per_node_of(rows)), "gpu_type")
+        found = self.lookups(rows)
+        t1 = found["t1"].to_numpy()
+        same = np.full(len(rows), np.nan) if new_gpu else found["same"].to_numpy()
+        cross = found["cross"].to_numpy()
+        overhead = np.clip(np.where(np.isfinite(same), same, cross), 0, None)
+        base = t1 + np.nan_to_num(overhead)
+        gpus = rows["num_gpus"].to_numpy(dtype=float)
+        nodes = rows["num_nodes"].to_numpy(dtype=float)
+        bsz = rows["local_batch_size"].to_numpy(dtype=float)
+        columns = {
+            "log_num_gpus": np.log2(gpus),
+            "num_nodes": nodes,
+            "gpus_per_node": rows["gpus_per_node"].to_numpy(dtype=float),
+            "multi_node": (nodes > 1).astype(float),
+            "log_local_bsz": np.log2(bsz),
+            "log_global_bsz": np.log2(bsz * gpus),
+            "log_t1": np.log(t1),
+            "log_overhead_ratio": np.log1p(overhead / t1),
+            "has_overhead": np.isfinite(overhead).astype(float),
+            "overhead_from_other_gpu": (~np.isfinite(same) & np.isfinite(cross)).astype(float),
+            "log_t1_vs_ref": np.log(t1) - found["log_t1_ref"].to_numpy(),
+        }
         for column in SPEC_COLUMNS:
-            X[column] = np.log(rows[column].astype(float))
-        X["amp"] = rows["amp"].astype("Float64").astype(float) if "amp" in rows else np.nan
+            columns[column] = np.log(rows[column].to_numpy(dtype=float))
+        columns["amp"] = (
+            rows["amp"].astype("Float64").to_numpy(dtype=float, na_value=np.nan)
+            if "amp" in rows
+            else np.full(len(rows), np.nan)
+        )
         for column in ("params_m", "gflops_per_sample"):
-            X[f"log_{column}"] = np.log1p(rows[column].astype(float)) if column in rows else np.nan
+            columns[f"log_{column}"] = (
+                np.log1p(rows[column].to_numpy(dtype=float))
+                if column in rows
+                else np.full(len(rows), np.nan)
+            )
+        X = pd.DataFrame(columns, index=rows.index)
         X["job"] = pd.Categorical(rows["job"], categories=self.jobs_)
-        return X, np.log(base.to_numpy(dtype=float))
+        return X, np.log(base)
+
+
+def _keys(rows: pd.DataFrame) -> list[tuple]:
+    return list(zip(*(rows[c].tolist() for c in _ROW_KEY), strict=True))
 
 
 def _affine_at(x: np.ndarray, y: np.ndarray, at: float) -> float:
@@ -127,6 +196,8 @@ def _affine_at(x: np.ndarray, y: np.ndarray, at: float) -> float:
         return float("nan")
     if len(np.unique(x)) == 1:
         return float(np.median(y) * at / x[0]) if x[0] > 0 else float("nan")
-    slope, intercept = np.polyfit(x, y, 1)
+    dx = x - x.mean()
+    slope = float(dx @ (y - y.mean()) / (dx @ dx))  # least squares, as np.polyfit(x, y, 1)
+    intercept = float(y.mean() - slope * x.mean())
     value = intercept + slope * at
     return float(max(value, 0.5 * y.min() * min(1.0, at / x.min())))

@@ -32,6 +32,14 @@ class ScalingPredictor(TaskPredictor):
         self.features_ = ScalingFeatures().fit(rows)
         X, log_base = self.features_.transform(rows)
         log_y = np.log(rows["step_time_s"].to_numpy(dtype=float))
+        # Also learn from the new-GPU view (overhead from other GPU types only) of the rows
+        # where it differs, so a GPU known from its one-GPU rows is not a situation the
+        # correction model has never seen.
+        X_new, log_base_new = self.features_.transform(rows, new_gpu=True)
+        differs = (X_new["overhead_from_other_gpu"] > X["overhead_from_other_gpu"]).to_numpy()
+        X = pd.concat([X, X_new[differs]], ignore_index=True)
+        log_base = np.concatenate([log_base, log_base_new[differs]])
+        log_y = np.concatenate([log_y, log_y[differs]])
         has_base = np.isfinite(log_base)
         self.ratio_model_ = None
         if has_base.sum() >= 8:
