@@ -9,13 +9,16 @@ import pandas as pd
 
 _CATEGORICAL = ("vc", "user", "job")
 _SECONDS_PER_DAY = 86_400.0
+_FOLDS = 5
 
 
 class DurationFeatures:
     """Request size, time of submission and the categorical context (virtual cluster, user,
     workload: an unseen value becomes missing, never an error), plus each category's mean log
     duration in the reference rows (the history a shortest-job-first scheduler keeps). On the
-    reference rows themselves that mean leaves the row out, as it would be for a new job."""
+    reference rows themselves that mean comes from the other folds of a 5-fold split: a
+    leave-one-out mean would leak the row's own duration, since (sum - own) / (count - 1)
+    gives `own` back to a model that also sees the category."""
 
     def fit(self, rows: pd.DataFrame) -> Self:
         log_d = np.log(rows["duration_s"].astype(float))
@@ -28,7 +31,7 @@ class DurationFeatures:
                 self.history_[column] = log_d.groupby(values).agg(["sum", "count"])
         return self
 
-    def transform(self, rows: pd.DataFrame, *, leave_own_out: bool = False) -> pd.DataFrame:
+    def transform(self, rows: pd.DataFrame, *, out_of_fold: bool = False) -> pd.DataFrame:
         X = pd.DataFrame(index=rows.index)
         X["log_num_gpus"] = np.log2(rows["num_gpus"].astype(float) + 1)
         submit = rows["submit_time_s"].astype(float)
@@ -40,11 +43,22 @@ class DurationFeatures:
         for column, categories in self.categories_.items():
             values = rows[column].astype("string") if column in rows else pd.Series(pd.NA)
             X[column] = pd.Categorical(values, categories=categories)
-            stats = self.history_[column]
-            total = values.map(stats["sum"]).astype(float)
-            count = values.map(stats["count"]).astype(float)
-            if leave_own_out:
-                total = total - np.log(rows["duration_s"].astype(float))
-                count = count - 1
-            X[f"{column}_mean_log_duration"] = (total / count.where(count > 0)).astype(float)
+            history = self.history_[column]
+            total = values.map(history["sum"]).to_numpy(dtype=float, na_value=np.nan).copy()
+            count = values.map(history["count"]).to_numpy(dtype=float, na_value=np.nan).copy()
+            if out_of_fold:
+                fold = np.arange(len(rows)) % _FOLDS
+                log_d = np.log(rows["duration_s"].to_numpy(dtype=float))
+                for k in range(_FOLDS):  # remove the row's own fold from its history
+                    mine = fold == k
+                    own = (
+                        pd.Series(log_d[mine])
+                        .groupby(values[mine].to_numpy())
+                        .agg(["sum", "count"])
+                    )
+                    keys = values[mine]
+                    total[mine] -= keys.map(own["sum"]).to_numpy(dtype=float, na_value=0.0)
+                    count[mine] -= keys.map(own["count"]).to_numpy(dtype=float, na_value=0.0)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                X[f"{column}_mean_log_duration"] = np.where(count > 0, total / count, np.nan)
         return X

@@ -29,7 +29,7 @@ class DurationPredictor(TaskPredictor):
         self.features_ = DurationFeatures().fit(rows)
         y = np.log(rows["duration_s"].to_numpy(dtype=float))
         regressor = make_regressor(self.model, random_state=self.random_state)
-        self.regressor_ = regressor.fit(self.features_.transform(rows, leave_own_out=True), y)
+        self.regressor_ = regressor.fit(self.features_.transform(rows, out_of_fold=True), y)
         self.fitted_ = True
         return self
 
