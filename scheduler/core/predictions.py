@@ -28,7 +28,7 @@ class JobPredictor:
         self.backend = backend
         self.gpus_per_node = gpus_per_node
         self._step: dict[ScalingKey, float] = {}
-        self._duration: dict[str, float] = {}
+        self._duration: dict[str, tuple[float, float, float]] = {}  # p10, p50, p90
         self._pair: dict[PairKey, tuple[float, float]] = {}
         self.calls = 0  # backend calls made, to check batching
 
@@ -56,6 +56,10 @@ class JobPredictor:
     def durations(self, jobs: Sequence[Job]) -> np.ndarray:
         """Predicted run time of each job at its requested size (the `duration` task), from
         what is known at submission (the trace's own model name, never a drawn job type)."""
+        return self.duration_intervals(jobs)[:, 1]
+
+    def duration_intervals(self, jobs: Sequence[Job]) -> np.ndarray:
+        """(p10, p50, p90) of each job's predicted run time, shape (len(jobs), 3)."""
         missing = [j for j in jobs if j.job_id not in self._duration]
         if missing:
             rows = pd.DataFrame(
@@ -71,8 +75,9 @@ class JobPredictor:
             )
             out = self._predict("duration", rows)
             ids = [j.job_id for j in missing]
-            self._duration.update(zip(ids, out["duration_s"].to_numpy(float), strict=True))
-        return np.array([self._duration[j.job_id] for j in jobs], dtype=float)
+            values = out[["duration_s_p10", "duration_s", "duration_s_p90"]].to_numpy(float)
+            self._duration.update(zip(ids, map(tuple, values), strict=True))
+        return np.array([self._duration[j.job_id] for j in jobs], dtype=float).reshape(-1, 3)
 
     def pair_speeds(self, keys: Sequence[PairKey]) -> np.ndarray:
         """Predicted (a_speed, b_speed) when two jobs share a GPU: each one's throughput as a

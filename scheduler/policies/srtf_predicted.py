@@ -1,8 +1,12 @@
 """Shortest predicted remaining time first (QSSF-like, Helios SC'21; Salus's SRTF).
 
 A job's remaining time is its predicted duration at its requested size (the `duration`
-predictor) minus the time it has run. Preemptive: a new arrival that is predicted shorter than
-a running job takes its GPUs. Ties go to the earlier submission.
+predictor's p50) minus the time it has run. A job that outlives its p50 is counted against its
+p90, and one that outlives its p90 is in the tail the model did not foresee: its remaining time
+is taken as the time it has run (in a heavy-tailed workload the expected remaining time grows
+with age), so a long job mispredicted as short cannot hold the GPUs at top priority. Preemptive:
+a new arrival that is predicted shorter than a running job takes its GPUs. Ties go to the
+earlier submission.
 """
 
 from __future__ import annotations
@@ -30,9 +34,9 @@ class SrtfPredictedPolicy:
         predictor.durations([s.job for s in ctx.jobs.waiting()])  # new arrivals, one call
 
         def order(states: Sequence[JobState]) -> list[JobState]:
-            predicted = predictor.durations([s.job for s in states])
+            _, p50, p90 = predictor.duration_intervals([s.job for s in states]).T
             ran = np.array([s.run_time_at(ctx.now) for s in states])
-            remaining = np.maximum(predicted - ran, 0.0)
+            remaining = np.where(ran < p50, p50 - ran, np.where(ran < p90, p90 - ran, ran))
             submit = np.array([s.job.submit_time_s for s in states])
             return [states[i] for i in np.lexsort((submit, remaining))]
 
