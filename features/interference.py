@@ -1,10 +1,16 @@
 """Features for the `interference` task: each job's speed when two jobs share one accelerator.
 
 A pair is seen from both sides: predicting `a_speed` uses (self=a, other=b), `b_speed` uses
-(self=b, other=a), so one model serves both and training sees every pair twice. Only what
-describes a workload's appetite for the device enters (solo throughput, samples/s, batch,
-utilization and memory counters, model family), never its name, so pairs of unseen jobs are
-predicted from their counters.
+(self=b, other=a), so one model serves both and training sees every pair twice.
+
+Two feature sets. `transform` describes each workload's appetite for the device in detail
+(solo throughput, samples/s, batch, utilization and memory counters, model family, never its
+name); with these a model learns the workloads it was trained on well, but on a pair of
+workloads it has never seen it does worse than predicting the training mean (measured on
+Gavel's pairs), because the details identify workloads rather than describe interference.
+`general` keeps only what carries over between workloads: how fast the other job iterates
+alone and how that compares with this job (the job with the shorter iterations loses the larger
+share of its speed), and the device.
 """
 
 from __future__ import annotations
@@ -27,15 +33,24 @@ def model_family(job: str) -> str:
 
 
 class InterferenceFeatures:
-    """fit(rows) then transform(rows, side) -> features for predicting `<side>_speed`."""
+    """fit(rows), then transform(rows, side) or general(rows, side) -> features for predicting
+    `<side>_speed`; known_pair(rows) says which pairs have both workloads in the fitted rows."""
 
     def fit(self, rows: pd.DataFrame) -> Self:
-        families = pd.concat([rows["a_job"], rows["b_job"]]).map(model_family)
-        self.families_ = pd.Index(sorted(families.unique()))
+        jobs = pd.concat([rows["a_job"], rows["b_job"]]).astype(str)
+        self.families_ = pd.Index(sorted(jobs.map(model_family).unique()))
+        self.jobs_ = pd.Index(sorted(jobs.unique()))
         return self
 
+    def known_pair(self, rows: pd.DataFrame) -> np.ndarray:
+        """True where both workloads of the pair were in the fitted rows."""
+        known = rows["a_job"].astype(str).isin(self.jobs_) & rows["b_job"].astype(str).isin(
+            self.jobs_
+        )
+        return known.to_numpy()
+
     def transform(self, rows: pd.DataFrame, side: str) -> pd.DataFrame:
-        other = "b" if side == "a" else "a"
+        other = _other(side)
         rows = fill_specs(rows, "gpu_type")
         X = pd.DataFrame(index=rows.index)
         for role, prefix in (("self", side), ("other", other)):
@@ -53,9 +68,25 @@ class InterferenceFeatures:
         X["tput_ratio"] = X["self_log_tput"] - X["other_log_tput"]
         X["util_sum"] = X["self_gpu_util"] + X["other_gpu_util"]
         X["mem_util_sum"] = X["self_mem_util"] + X["other_mem_util"]
-        for column in SPEC_COLUMNS:
-            X[column] = np.log(rows[column].astype(float))
+        _add_specs(X, rows)
         return X
+
+    def general(self, rows: pd.DataFrame, side: str) -> pd.DataFrame:
+        rows = fill_specs(rows, "gpu_type")
+        self_tput = np.log(_column(rows, f"{side}_solo_throughput"))
+        other_tput = np.log(_column(rows, f"{_other(side)}_solo_throughput"))
+        X = pd.DataFrame({"tput_ratio": self_tput - other_tput, "other_log_tput": other_tput})
+        _add_specs(X, rows)
+        return X
+
+
+def _other(side: str) -> str:
+    return "b" if side == "a" else "a"
+
+
+def _add_specs(X: pd.DataFrame, rows: pd.DataFrame) -> None:
+    for column in SPEC_COLUMNS:
+        X[column] = np.log(rows[column].astype(float))
 
 
 def _column(rows: pd.DataFrame, name: str) -> pd.Series:

@@ -8,12 +8,24 @@ import numpy as np
 import pandas as pd
 
 from features.interference import InterferenceFeatures
+from perfcast.errors import PerfcastError
 from predictor.base import TaskPredictor, interval_frame
-from predictor.regressors import make_regressor
+from predictor.regressors import QUANTILES, ConformalQuantiles, make_regressor
+from training.splits import folds
+
+# The model for pairs with a workload it has not seen: few features and strong regularization
+# (additive stumps on large leaves; a small, briefly trained network), so it learns the trend
+# shared by all workloads instead of the workloads themselves.
+GENERAL_PARAMS: dict[str, dict[str, object]] = {
+    "gbm": {"n_estimators": 100, "num_leaves": 2, "min_child_samples": 200},
+    "fcn": {"hidden": (32,), "epochs": 50, "lr": 1e-3, "weight_decay": 1e-2},
+}
+_CALIBRATION_FOLDS = 3
 
 
 class InterferencePredictor(TaskPredictor):
-    """One regressor of log(speed) from (self, other) features, applied to both sides."""
+    """Regressors of log(speed) from (self, other) features, applied to both sides: a detailed
+    one for pairs of workloads seen in training, a general one for pairs with a new workload."""
 
     task = "interference"
     kind = "interference"
@@ -29,18 +41,67 @@ class InterferencePredictor(TaskPredictor):
 
     def _fit(self, rows: pd.DataFrame) -> Self:
         self.features_ = InterferenceFeatures().fit(rows)
-        X = pd.concat(
-            [self.features_.transform(rows, "a"), self.features_.transform(rows, "b")],
-            ignore_index=True,
+        self.regressor_ = make_regressor(self.model, random_state=self.random_state).fit(
+            self._both_sides(rows, self.features_.transform), _log_speeds(rows)
         )
-        y = np.log(np.concatenate([rows["a_speed"], rows["b_speed"]]).astype(float))
-        self.regressor_ = make_regressor(self.model, random_state=self.random_state).fit(X, y)
+        self.general_ = self._fit_general(rows)
+        self.general_margin_ = self._unseen_pair_margin(rows)
         self.fitted_ = True
         return self
 
     def _predict_interval(self, rows: pd.DataFrame) -> pd.DataFrame:
+        known = self.features_.known_pair(rows)
         sides = []
         for side in ("a", "b"):
-            quantiles = self.regressor_.predict_quantiles(self.features_.transform(rows, side))
-            sides.append(tuple(np.exp(q) for q in quantiles))
+            lo, mid, hi = (np.empty(len(rows)) for _ in range(3))
+            if known.any():
+                X = self.features_.transform(rows[known], side)
+                lo[known], mid[known], hi[known] = self.regressor_.predict_quantiles(X)
+            if not known.all():
+                X = self.features_.general(rows[~known], side)
+                lo[~known], mid[~known], hi[~known] = _widen(
+                    self.general_.predict_quantiles(X), self.general_margin_
+                )
+            sides.append((np.exp(lo), np.exp(mid), np.exp(hi)))
         return interval_frame(self.targets, rows.index, sides)
+
+    def _fit_general(self, rows: pd.DataFrame) -> ConformalQuantiles:
+        params = GENERAL_PARAMS[self.model]
+        regressor = make_regressor(self.model, random_state=self.random_state, **params)
+        return regressor.fit(self._both_sides(rows, self.features_.general), _log_speeds(rows))
+
+    def _unseen_pair_margin(self, rows: pd.DataFrame) -> float:
+        """How far to move the general model's p10 and p90 so they cover their share of
+        pairs of unseen workloads: its own calibration holds out random rows, whose
+        workloads it has seen, and so is too confident for new ones."""
+        try:
+            splits = list(folds(rows, "interference", "job", _CALIBRATION_FOLDS, self.random_state))
+        except PerfcastError:  # too few workloads to hold any out
+            return 0.0
+        scores = []
+        for train, test in splits:
+            model = self._fit_general(rows.iloc[train])
+            for side in ("a", "b"):
+                lo, _, hi = model.predict_quantiles(self.features_.general(rows.iloc[test], side))
+                y = np.log(rows.iloc[test][f"{side}_speed"].to_numpy(dtype=float))
+                scores.append(np.maximum(lo - y, y - hi))
+        if not scores:
+            return 0.0
+        scores = np.concatenate(scores)
+        level = min(1.0, np.ceil((len(scores) + 1) * (QUANTILES[2] - QUANTILES[0])) / len(scores))
+        return float(np.quantile(scores, level))
+
+    @staticmethod
+    def _both_sides(rows: pd.DataFrame, features) -> pd.DataFrame:
+        return pd.concat([features(rows, "a"), features(rows, "b")], ignore_index=True)
+
+
+def _log_speeds(rows: pd.DataFrame) -> np.ndarray:
+    return np.log(np.concatenate([rows["a_speed"], rows["b_speed"]]).astype(float))
+
+
+def _widen(
+    quantiles: tuple[np.ndarray, np.ndarray, np.ndarray], margin: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    lo, mid, hi = quantiles
+    return np.minimum(lo - margin, mid), mid, np.maximum(hi + margin, mid)
