@@ -5,7 +5,10 @@ Measures (docs/BENCHMARKS.md, section `serving`):
   loop) from 32 concurrent httpx clients: p50/p99 latency counted from each request's scheduled
   send time (so queueing is included), errors, achieved rate;
 - one request of 10,000 scaling rows;
-- `POST /v1/recommend` over about 10^5 candidate configurations.
+- `POST /v1/recommend` over about 10^5 candidate configurations;
+- in this process, batch prediction of 100,000 rows by the scaling and interference gbm
+  predictors (rows/s, median of 3; the whole `predict_interval`: contract checks, features,
+  models, intervals).
 
 Uses the scaling champion of PERFCAST_HOME (`--home`, default a fresh directory where one is
 trained on `--scaling-data`). The server runs `perfcast serve` with OMP_WAIT_POLICY=PASSIVE.
@@ -32,7 +35,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 ROW = {"job": "resnet18", "gpu_type": "v100", "num_nodes": 1, "num_gpus": 4,
        "local_batch_size": 128}  # fmt: skip
-TARGETS = {"p50_ms": 5.0, "p99_ms": 25.0, "batch_ms": 200.0, "recommend_ms": 100.0}
+TARGETS = {"p50_ms": 5.0, "p99_ms": 25.0, "batch_ms": 200.0, "recommend_ms": 100.0,
+           "rows_per_s": 100_000}  # fmt: skip
+# real tables the batch-throughput models are fitted on (and their 100,000 rows drawn from)
+THROUGHPUT_DATA = {"scaling": "pollux-scaling", "interference": "gavel-interference"}
 # 64 nodes of 8 GPUs, 7 local batch sizes: 102,368 (GPU count, nodes, batch) candidates
 RECOMMEND = {
     "job": {"job": "resnet18"},
@@ -136,6 +142,26 @@ def timed_post(url: str, path: str, body: dict, repeats: int) -> tuple[float, di
     return statistics.median(times), r.json()
 
 
+def batch_throughput(task: str, data: str, rows: int = 100_000, repeats: int = 3) -> float:
+    """Rows per second of `predict_interval` on `rows` rows drawn from `data` (median)."""
+    sys.path.insert(0, str(ROOT))
+    import datasets
+    from predictor import make_predictor
+
+    table = datasets.load(data)
+    predictor = make_predictor(task, "gbm").fit(table)
+    batch = table.sample(rows, replace=True, random_state=0).reset_index(drop=True)
+    batch = batch.drop(columns=list(predictor.targets))
+    predictor.predict_interval(batch.head(100))  # warm
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        predictor.predict_interval(batch)
+        times.append(time.perf_counter() - start)
+    print(f"{task}: {', '.join(f'{rows / t:,.0f}' for t in times)} rows/s", file=sys.stderr)
+    return rows / statistics.median(times)
+
+
 def verdict(value: float, target: float) -> str:
     return "met" if value < target else "**missed**"
 
@@ -150,6 +176,7 @@ def main() -> None:
     parser.add_argument("--scaling-data", default="muri-scaling")
     parser.add_argument("--no-write", action="store_true", help="do not write BENCHMARKS.md")
     args = parser.parse_args()
+    throughput = {task: batch_throughput(task, data) for task, data in THROUGHPUT_DATA.items()}
     home = args.home or Path(tempfile.mkdtemp(prefix="perfcast-bench-"))
     ensure_scaling_champion(home, args.scaling_data)
     port = free_port()
@@ -192,6 +219,12 @@ def main() -> None:
          verdict(batch_ms, TARGETS["batch_ms"])),
         (f"recommend, {candidates:,} candidates", f"{recommend_ms:.0f} ms", "< 100 ms",
          verdict(recommend_ms, TARGETS["recommend_ms"])),
+    ]  # fmt: skip
+    rows += [
+        (f"in-process batch prediction, {task} gbm ({data}, 100,000 rows)",
+         f"{throughput[task]:,.0f} rows/s", ">= 100,000 rows/s",
+         verdict(-throughput[task], -TARGETS["rows_per_s"]))
+        for task, data in THROUGHPUT_DATA.items()
     ]  # fmt: skip
     table = "| measure | result | target | |\n|---|---|---|---|\n" + "\n".join(
         f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows

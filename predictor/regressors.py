@@ -21,26 +21,42 @@ QUANTILES = (0.1, 0.5, 0.9)
 
 
 class QuantileGBM(BaseEstimator):
-    """LightGBM: one L2 model for the point estimate, two quantile models for p10 and p90."""
+    """LightGBM: one L2 model for the point estimate, two quantile models for p10 and p90.
+
+    Trees are what a large batch prediction spends its time on, so they are few: 200 at a
+    learning rate of 0.1 for the point estimate, and 60 at 0.2 for each quantile model, whose
+    bounds ConformalQuantiles widens to the coverage seen out of fold anyway. Against 400 trees
+    at 0.05 for all three (`python -m benchmarks.accuracy --quick --task ...`, random split):
+    scaling MAPE 5.75% (was 5.71%), interference 7.18% (was 7.00%), p10-p90 coverage 83-84%
+    (was 84-86%); batch prediction 3.75 times fewer trees."""
 
     def __init__(
         self,
-        n_estimators: int = 400,
-        learning_rate: float = 0.05,
+        n_estimators: int = 200,
+        learning_rate: float = 0.1,
+        quantile_estimators: int = 60,
+        quantile_learning_rate: float = 0.2,
         num_leaves: int = 31,
         min_child_samples: int = 5,
         random_state: int = 0,
     ) -> None:
         self.n_estimators = n_estimators
         self.learning_rate = learning_rate
+        self.quantile_estimators = quantile_estimators
+        self.quantile_learning_rate = quantile_learning_rate
         self.num_leaves = num_leaves
         self.min_child_samples = min_child_samples
         self.random_state = random_state
 
-    def _model(self, **objective: object) -> lgb.LGBMRegressor:
+    def _model(self, quantile: float | None = None) -> lgb.LGBMRegressor:
+        trees, rate = self.n_estimators, self.learning_rate
+        objective: dict[str, object] = {"objective": "regression"}
+        if quantile is not None:
+            trees, rate = self.quantile_estimators, self.quantile_learning_rate
+            objective = {"objective": "quantile", "alpha": quantile}
         return lgb.LGBMRegressor(
-            n_estimators=self.n_estimators,
-            learning_rate=self.learning_rate,
+            n_estimators=trees,
+            learning_rate=rate,
             num_leaves=self.num_leaves,
             min_child_samples=self.min_child_samples,
             subsample=0.9,
@@ -56,9 +72,9 @@ class QuantileGBM(BaseEstimator):
 
     def fit(self, X: pd.DataFrame, y: np.ndarray) -> Self:
         self.models_ = [
-            self._model(objective="quantile", alpha=QUANTILES[0]).fit(X, y),
-            self._model(objective="regression").fit(X, y),
-            self._model(objective="quantile", alpha=QUANTILES[2]).fit(X, y),
+            self._model(QUANTILES[0]).fit(X, y),
+            self._model().fit(X, y),
+            self._model(QUANTILES[2]).fit(X, y),
         ]
         return self
 
@@ -66,7 +82,7 @@ class QuantileGBM(BaseEstimator):
         # The boosters straight on one float matrix: the sklearn wrapper would convert the
         # frame once per model, which costs more than the trees for a few rows.
         matrix = lgbm_matrix(X, self.models_[0].booster_.pandas_categorical)
-        threads = 2 if len(X) >= 20_000 else 1  # big batches split across two threads
+        threads = 2 if len(X) >= 5_000 else 1  # big batches split across two threads
         lo, mid, hi = (m.booster_.predict(matrix, num_threads=threads) for m in self.models_)
         return lo, mid, hi
 
