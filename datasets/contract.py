@@ -20,6 +20,7 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 import pandera.pandas as pa
+from pandera.backends.pandas import builtin_checks  # noqa: F401 (registers Check.gt etc.)
 from pandera.engines import pandas_engine as pa_engine
 
 from perfcast.errors import ContractError
@@ -247,14 +248,25 @@ def validate(df: pd.DataFrame, kind: str, *, source: str | None = None) -> pd.Da
     return clean
 
 
-def _fast_path_applies(schema: pa.DataFrameSchema) -> bool:
-    """Whether `_passing_table` can decide `schema`: column dtypes, nullability and checks only
-    (no uniqueness, index, parsers, regex columns or defaults)."""
+def _plain(check: pa.Check) -> bool:
+    """A vectorized check on the whole column (or table) whose result says pass or fail."""
     return (
-        all(
-            not c.unique and not c.regex and c.default is None and not c.parsers
-            for c in schema.columns.values()
-        )
+        check.groupby is None
+        and not check.element_wise
+        and check.ignore_na
+        and not check.raise_warning
+        and check._check_fn is not None
+    )
+
+
+def _fast_path_applies(schema: pa.DataFrameSchema) -> bool:
+    """Whether `_passing_table` can decide `schema`: column dtypes, nullability and plain
+    checks only (no uniqueness, index, parsers, regex columns or defaults)."""
+    columns = schema.columns.values()
+    return (
+        all(not c.unique and not c.regex and c.default is None and not c.parsers for c in columns)
+        and all(_plain(check) for c in columns for check in c.checks)
+        and all(_plain(check) for check in schema.checks)
         and schema.index is None
         and not schema.unique
         and not schema.parsers
@@ -263,9 +275,12 @@ def _fast_path_applies(schema: pa.DataFrameSchema) -> bool:
 
 
 def _passes(check: pa.Check, data: pd.Series | pd.DataFrame) -> bool:
-    if check.raise_warning:  # a warning check never refuses a table
-        return True
-    return bool(check(data).check_passed)
+    """True only when every element passes (a NaN or non-boolean result counts as a fail)."""
+    result = check._check_fn(data, **check._check_kwargs)
+    if isinstance(result, pd.Series | pd.DataFrame):
+        values = result.to_numpy()
+        return values.dtype == bool and bool(values.all())
+    return result is True or result is np.True_
 
 
 def _passing_table(df: pd.DataFrame, schema: pa.DataFrameSchema) -> pd.DataFrame | None:
@@ -289,7 +304,8 @@ def _passing_table(df: pd.DataFrame, schema: pa.DataFrameSchema) -> pd.DataFrame
                 return None
             if series.hasnans and not column.nullable:
                 return None
-            if not all(_passes(check, series) for check in column.checks):
+            present = series.dropna() if series.hasnans else series  # checks ignore NA
+            if not all(_passes(check, present) for check in column.checks):
                 return None
             clean[name] = series
         if not all(_passes(check, clean) for check in schema.checks):
