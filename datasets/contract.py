@@ -298,7 +298,9 @@ def _passing_table(df: pd.DataFrame, schema: pa.DataFrameSchema) -> pd.DataFrame
         for name, column in schema.columns.items():
             if name not in clean.columns:
                 continue  # optional (missing required columns are refused before)
-            series = column.dtype.try_coerce(clean[name])
+            series = clean[name]
+            if series.dtype != column.dtype.type:  # astype copies even when nothing changes
+                series = column.dtype.try_coerce(series)
             # a bool, or one per element (str columns)
             if not np.all(column.dtype.check(pa_engine.Engine.dtype(series.dtype), series)):
                 return None
@@ -358,8 +360,9 @@ def _check_placement(df: pd.DataFrame, source: str | None) -> None:
     digits = {p: [int(c) for c in p if c != "0"] for p in text.unique()}
     gpus = df["num_gpus"].to_numpy()[present]
     nodes = df["num_nodes"].to_numpy()[present]
-    bad = (text.map({p: sum(d) for p, d in digits.items()}).to_numpy() != gpus) | (
-        text.map({p: len(d) for p, d in digits.items()}).to_numpy() != nodes
+    values = text.tolist()
+    bad = (np.array([sum(digits[p]) for p in values]) != gpus) | (
+        np.array([len(digits[p]) for p in values]) != nodes
     )
     if bad.any():
         i = int(np.flatnonzero(present)[np.argmax(bad)])
