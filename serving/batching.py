@@ -1,6 +1,6 @@
 """Micro-batching: concurrent prediction requests of a task are answered by one predict call.
 
-A predictor call costs tens of milliseconds whatever the number of rows (contract validation,
+A predictor call costs several milliseconds whatever the number of rows (contract checks,
 features, three LightGBM models), so under load one call per request saturates the CPU. While
 a call runs, new requests of the same task (and the same columns) queue; the next call takes
 them all (up to `max_rows`). A lone request is never delayed: it runs at once. When a combined
