@@ -63,7 +63,7 @@ class InterferenceFeatures:
                 X[f"{role}_{counter}"] = _column(rows, f"{prefix}_{counter}")
             X[f"{role}_log_mem_mb"] = np.log1p(_column(rows, f"{prefix}_mem_mb"))
             X[f"{role}_family"] = pd.Categorical(
-                rows[f"{prefix}_job"].map(model_family), categories=self.families_
+                _families(rows[f"{prefix}_job"]), categories=self.families_
             )
         X["tput_ratio"] = X["self_log_tput"] - X["other_log_tput"]
         X["util_sum"] = X["self_gpu_util"] + X["other_gpu_util"]
@@ -87,6 +87,11 @@ def _other(side: str) -> str:
 def _add_specs(X: pd.DataFrame, rows: pd.DataFrame) -> None:
     for column in SPEC_COLUMNS:
         X[column] = np.log(rows[column].astype(float))
+
+
+def _families(jobs: pd.Series) -> pd.Series:
+    """model_family of each job name, the regex run once per distinct name."""
+    return jobs.map({job: model_family(job) for job in jobs.unique()})
 
 
 def _column(rows: pd.DataFrame, name: str) -> pd.Series:

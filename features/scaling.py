@@ -22,7 +22,7 @@ the view of a GPU known only from its one-GPU rows; predictors train on both vie
 
 from __future__ import annotations
 
-from typing import NamedTuple, Self
+from typing import Self
 
 import numpy as np
 import pandas as pd
@@ -32,15 +32,6 @@ from features.devices import SPEC_COLUMNS, fill_specs
 _KEY = ["job", "gpu_type"]
 _CONFIG = ["job", "num_gpus", "num_nodes", "gpus_per_node"]
 _ROW_KEY = [*_CONFIG, "gpu_type", "local_batch_size"]
-
-
-class Lookup(NamedTuple):
-    """What the reference rows say about one (configuration, GPU type, batch size)."""
-
-    t1: float
-    same: float  # median overhead on the same GPU type at other batch sizes
-    cross: float  # median overhead on other GPU types (same batch size where measured)
-    log_t1_ref: float  # median log one-GPU time of the rows behind `cross`
 
 
 def gpus_per_node_of(rows: pd.DataFrame) -> pd.Series:
@@ -72,12 +63,11 @@ class ScalingFeatures:
             )
             for key, part in single.groupby(_KEY, sort=False)
         }
-        keys = _keys(ref)
-        t1 = np.array([self._t1(*key) for key in keys])
+        t1 = self._t1_column(ref)
         multi = (ref["num_gpus"] > 1).to_numpy() & np.isfinite(t1)
         sync = pd.DataFrame(
             {
-                "config": [key[:4] for key, m in zip(keys, multi, strict=True) if m],
+                "config": list(zip(*(ref.loc[multi, c].tolist() for c in _CONFIG), strict=True)),
                 "gpu_type": ref.loc[multi, "gpu_type"].to_numpy(),
                 "bsz": ref.loc[multi, "local_batch_size"].to_numpy(dtype=float),
                 "overhead": ref.loc[multi, "step_time_s"].to_numpy(dtype=float) - t1[multi],
@@ -96,49 +86,60 @@ class ScalingFeatures:
         self.jobs_ = pd.Index(sorted(ref["job"].unique()))
         return self
 
-    def _t1(self, job: str, gpus: int, nodes: int, gpn: int, gpu: str, bsz: float) -> float:
+    def _t1(self, job: str, gpu: str, bsz: float, single: bool) -> float:
         """One-GPU step time, leave-own-(gpu, batch)-out for one-GPU rows, interpolated."""
         ref = self.single_.get((job, gpu))
         if ref is None:
             return float("nan")
         bsz_ref, t_ref = ref
         exact = bsz_ref == bsz
-        if exact.any() and gpus != 1:
+        if exact.any() and not single:
             return float(t_ref[exact][0])
         return _affine_at(bsz_ref[~exact], t_ref[~exact], float(bsz))
 
-    def _lookup(self, key: tuple) -> Lookup:
-        t1 = self._t1(*key)
-        ref = self.sync_.get(key[:4])
-        if ref is None or key[1] == 1:
-            return Lookup(t1, np.nan, np.nan, np.nan)
-        gpus, bszs, overheads, log_t1s = ref
-        gpu, bsz = key[4], float(key[5])
+    def _t1_column(self, rows: pd.DataFrame) -> np.ndarray:
+        single = (rows["num_gpus"] == 1).to_numpy()
+        columns = [rows["job"], rows["gpu_type"], rows["local_batch_size"]]
+        codes, first = _distinct([*columns, single])
+        keys = zip(*(c.to_numpy()[first] for c in columns), single[first], strict=True)
+        return np.array([self._t1(*key) for key in keys], dtype=float)[codes]
+
+    def _overheads(self, config: tuple, gpu: str, bsz: float) -> tuple[float, float, float]:
+        """(same, cross, log_t1_ref) for one measured configuration: the median overhead on
+        the same GPU type at other batch sizes, on other GPU types (the same batch size where
+        measured), and the median log one-GPU time of the rows behind `cross`."""
+        gpus, bszs, overheads, log_t1s = self.sync_[config]
         same = (gpus == gpu) & (bszs != bsz)
         cross = gpus != gpu
         if (cross & (bszs == bsz)).any():
             cross &= bszs == bsz
-        return Lookup(
-            t1,
+        return (
             float(np.median(overheads[same])) if same.any() else np.nan,
             float(np.median(overheads[cross])) if cross.any() else np.nan,
             float(np.median(log_t1s[cross])) if cross.any() else np.nan,
         )
 
     def lookups(self, rows: pd.DataFrame) -> pd.DataFrame:
-        """Lookup values for each row (`rows` needs a `gpus_per_node` column); every distinct
-        key is looked up once, as a batch of 10^5 rows has few distinct configurations."""
-        keys = _keys(rows)
-        memo = self.__dict__.setdefault("_memo", {})  # a service asks for the same keys often
-        if len(memo) > 100_000:
-            memo.clear()
-        for key in dict.fromkeys(keys):
-            if key not in memo:
-                memo[key] = self._lookup(key)
-        return pd.DataFrame([memo[key] for key in keys], index=rows.index, columns=Lookup._fields)
-
-    def __getstate__(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if k != "_memo"}
+        """Columns t1, same, cross, log_t1_ref for each row (`rows` needs `gpus_per_node`).
+        Each distinct (job, GPU, batch) and each distinct measured configuration is looked up
+        once: a recommendation's 10^5 candidates are as many distinct rows, but few distinct
+        one-GPU lookups, and most of their configurations were never measured."""
+        t1 = self._t1_column(rows)
+        found = np.full((len(rows), 3), np.nan)
+        codes, first = _distinct([rows[c] for c in _CONFIG])
+        configs = list(zip(*(rows[c].to_numpy()[first].tolist() for c in _CONFIG), strict=True))
+        known = np.array([config in self.sync_ for config in configs])
+        measured = known[codes] & (rows["num_gpus"] > 1).to_numpy()
+        if measured.any():
+            part = rows[measured]
+            codes, first = _distinct([part[c] for c in _ROW_KEY])
+            keys = zip(*(part[c].to_numpy()[first].tolist() for c in _ROW_KEY), strict=True)
+            values = [self._overheads(key[:4], key[4], float(key[5])) for key in keys]
+            found[measured] = np.array(values, dtype=float).reshape(-1, 3)[codes]
+        return pd.DataFrame(
+            {"t1": t1, "same": found[:, 0], "cross": found[:, 1], "log_t1_ref": found[:, 2]},
+            index=rows.index,
+        )
 
     def transform(
         self, rows: pd.DataFrame, new_gpu: bool = False
@@ -184,8 +185,16 @@ class ScalingFeatures:
         return X, np.log(base)
 
 
-def _keys(rows: pd.DataFrame) -> list[tuple]:
-    return list(zip(*(rows[c].tolist() for c in _ROW_KEY), strict=True))
+def _distinct(columns: list) -> tuple[np.ndarray, np.ndarray]:
+    """(group code of each row, first row of each group) for the distinct combinations of
+    `columns` (equal-length arrays or Series): factorized column by column, as pandas'
+    MultiIndex would build one Python tuple per row."""
+    combined = np.zeros(len(columns[0]), dtype=np.int64)
+    for column in columns:
+        codes, uniques = pd.factorize(np.asarray(column))
+        combined = combined * (len(uniques) + 1) + codes
+    _, first, inverse = np.unique(combined, return_index=True, return_inverse=True)
+    return inverse.reshape(-1), first
 
 
 def _affine_at(x: np.ndarray, y: np.ndarray, at: float) -> float:
