@@ -356,14 +356,13 @@ def _check_placement(df: pd.DataFrame, source: str | None) -> None:
     present = placement.notna().to_numpy()
     if not present.any():
         return
-    text = placement[present].astype(str)
-    digits = {p: [int(c) for c in p if c != "0"] for p in text.unique()}
+    codes, unique = pd.factorize(placement[present].astype(str))
+    unique = pd.Series(unique)
+    total = sum(d * unique.str.count(str(d)).to_numpy() for d in range(1, 10))
+    used = (unique.str.len() - unique.str.count("0")).to_numpy()
     gpus = df["num_gpus"].to_numpy()[present]
     nodes = df["num_nodes"].to_numpy()[present]
-    values = text.tolist()
-    bad = (np.array([sum(digits[p]) for p in values]) != gpus) | (
-        np.array([len(digits[p]) for p in values]) != nodes
-    )
+    bad = (total[codes] != gpus) | (used[codes] != nodes)
     if bad.any():
         i = int(np.flatnonzero(present)[np.argmax(bad)])
         value, gpus_i, nodes_i = placement.iloc[i], df["num_gpus"].iloc[i], df["num_nodes"].iloc[i]

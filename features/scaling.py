@@ -40,9 +40,10 @@ def gpus_per_node_of(rows: pd.DataFrame) -> pd.Series:
     if "placement" not in rows.columns:
         return even.astype("int64")
     placements = rows["placement"]
+    # the largest digit of a string of digits is its largest character
     biggest = placements.map(
         {
-            p: max(int(c) for c in p) if isinstance(p, str) and p.isdigit() else np.nan
+            p: int(max(p)) if isinstance(p, str) and p.isdigit() else np.nan
             for p in placements.dropna().unique()
         }
     )
@@ -187,12 +188,12 @@ class ScalingFeatures:
 
 def _distinct(columns: list) -> tuple[np.ndarray, np.ndarray]:
     """(group code of each row, first row of each group) for the distinct combinations of
-    `columns` (equal-length arrays or Series): factorized column by column, as pandas'
-    MultiIndex would build one Python tuple per row."""
+    `columns` (equal-length arrays or Series; missing values form their own group), factorized
+    column by column, as pandas' MultiIndex would build one Python tuple per row."""
     combined = np.zeros(len(columns[0]), dtype=np.int64)
     for column in columns:
-        codes, uniques = pd.factorize(np.asarray(column))
-        combined = combined * (len(uniques) + 1) + codes
+        codes, uniques = pd.factorize(np.asarray(column), use_na_sentinel=False)
+        combined = pd.factorize(combined * (len(uniques) + 1) + codes)[0]  # stays below n
     _, first, inverse = np.unique(combined, return_index=True, return_inverse=True)
     return inverse.reshape(-1), first
 
