@@ -106,16 +106,17 @@ class ScalingFeatures:
         return np.array([self._t1(*key) for key in keys], dtype=float)[codes]
 
     def _overheads(self, config: tuple, gpu: str, bsz: float) -> tuple[float, float, float]:
-        """(same, cross, log_t1_ref) for one measured configuration: the median overhead on
-        the same GPU type at other batch sizes, on other GPU types (the same batch size where
-        measured), and the median log one-GPU time of the rows behind `cross`."""
+        """(same, cross, log_t1_ref) for one measured configuration: the overhead on the same
+        GPU type interpolated from its other batch sizes, the median overhead on other GPU
+        types (the same batch size where measured), and the median log one-GPU time of the
+        rows behind `cross`."""
         gpus, bszs, overheads, log_t1s = self.sync_[config]
         same = (gpus == gpu) & (bszs != bsz)
         cross = gpus != gpu
         if (cross & (bszs == bsz)).any():
             cross &= bszs == bsz
         return (
-            float(np.median(overheads[same])) if same.any() else np.nan,
+            _overhead_at(bszs[same], overheads[same], bsz) if same.any() else np.nan,
             float(np.median(overheads[cross])) if cross.any() else np.nan,
             float(np.median(log_t1s[cross])) if cross.any() else np.nan,
         )
@@ -196,6 +197,14 @@ def _distinct(columns: list) -> tuple[np.ndarray, np.ndarray]:
         combined = pd.factorize(combined * (len(uniques) + 1) + codes)[0]  # stays below n
     _, first, inverse = np.unique(combined, return_index=True, return_inverse=True)
     return inverse.reshape(-1), first
+
+
+def _overhead_at(x: np.ndarray, y: np.ndarray, at: float) -> float:
+    """Overhead at batch `at` from the same configuration's other batch sizes: linear between
+    the nearest measured batch sizes on each side (log batch), the nearest one outside them."""
+    order = np.argsort(x)
+    x, y = np.log2(x[order]), y[order]
+    return float(np.interp(np.log2(at), x, y))
 
 
 def _affine_at(x: np.ndarray, y: np.ndarray, at: float) -> float:
