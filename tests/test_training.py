@@ -94,3 +94,27 @@ def test_bad_task_and_data_exit_2(tmp_path) -> None:
     result = runner.invoke(app, ["train", "--task", "scaling", "--data", str(bad)])
     assert result.exit_code == 2
     assert "step_time_s" in result.output
+
+
+def test_a_champion_of_another_model_format_is_replaced() -> None:
+    """A champion saved by an earlier perfcast (another MODEL_FORMAT) is not loaded, since its
+    pickled predictor may not match today's code; the next training takes its place."""
+    first = runner.invoke(
+        app, ["train", "--task", "interference", "--data", "gavel-interference",
+              "--model", "gbm", "--json"],
+    )  # fmt: skip
+    assert first.exit_code == 0, first.output
+    client = MlflowClient()
+    name = model_store.model_name("interference")
+    champion = client.get_model_version_by_alias(name, model_store.CHAMPION)
+    client.set_tag(champion.run_id, model_store.FORMAT_TAG, "1")
+    assert model_store.load_champion("interference") is None
+
+    second = runner.invoke(
+        app, ["train", "--task", "interference", "--data", "gavel-interference",
+              "--model", "gbm", "--json"],
+    )  # fmt: skip
+    assert second.exit_code == 0, second.output
+    result = _last_json(second.output)
+    assert result["promoted"]
+    assert model_store.load_champion("interference").version == result["version"]

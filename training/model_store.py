@@ -20,10 +20,12 @@ from mlflow.tracking import MlflowClient
 
 from perfcast.errors import PerfcastError
 from perfcast.paths import state_dir
-from predictor.base import TaskPredictor
+from predictor.base import MODEL_FORMAT, TaskPredictor
 
 EXPERIMENT = "perfcast"
 CHAMPION = "champion"
+FORMAT_TAG = "perfcast.model_format"  # run tag: the MODEL_FORMAT the model was saved in
+logger = logging.getLogger("perfcast")
 
 
 def model_name(task: str) -> str:
@@ -67,16 +69,25 @@ class Champion:
 
 
 def load_champion(task: str) -> Champion | None:
-    """The registered champion of `task`, or None when there is none."""
+    """The registered champion of `task`, or None when there is none, or when it was saved by
+    a perfcast whose models had another format (it is then replaced by the next training)."""
     configure()
     client = MlflowClient()
     try:
         version = client.get_model_version_by_alias(model_name(task), CHAMPION)
     except MlflowException:
         return None
+    run = client.get_run(version.run_id)
+    saved_format = run.data.tags.get(FORMAT_TAG)
+    if saved_format != str(MODEL_FORMAT):
+        logger.warning(
+            "ignoring the champion of %s (version %s): saved in model format %s, this perfcast "
+            "reads format %s; train again to replace it",
+            model_name(task), version.version, saved_format or "unknown", MODEL_FORMAT,
+        )  # fmt: skip
+        return None
     model = mlflow.pyfunc.load_model(f"models:/{model_name(task)}@{CHAMPION}")
     predictor = model.unwrap_python_model().predictor
-    run = client.get_run(version.run_id)
     return Champion(
         task=task,
         predictor=predictor,

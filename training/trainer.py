@@ -16,6 +16,7 @@ from mlflow.models import infer_signature
 import datasets
 from perfcast.errors import PerfcastError
 from predictor.backend import TASK_TABLES
+from predictor.base import MODEL_FORMAT
 from training import model_store
 from training.evaluation import choose_family, fit_and_score, score
 from training.splits import folds
@@ -73,6 +74,7 @@ def train(task: str, data: str, model: str = "auto", split: str = "random") -> T
             {"task": task, "model": family, "requested_model": model, "data": data,
              "split": split, "train_rows": len(train_rows), "test_rows": len(test_rows)}
         )  # fmt: skip
+        mlflow.set_tag(model_store.FORMAT_TAG, str(MODEL_FORMAT))
         predictor, metrics = fit_and_score(task, family, train_rows, test_rows)
         mlflow.log_metrics(metrics)
         example = test_rows.drop(columns=list(TASK_TABLES[task][1])).head(20)
