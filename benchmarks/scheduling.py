@@ -249,21 +249,26 @@ Runs without in-process predictions:
 
 - SRTF with oracle durations: 1.5-6.1x lower average JCT than FIFO (Salus 3.19x, Helios QSSF
   up to 6.5x): at or above the anchors on Muri trace1 and ElasticFlow cluster01, short on the
-  Chronus Philly mix (1.5-1.8x).
+  Chronus Philly mix (1.5-1.7x).
 - Tiresias: 0.7-3.4x over FIFO (anchor up to 5.5x); on the Chronus Philly mix it is worse than
   FIFO (many short jobs, each preemption pays the 50 s restart).
-- Elastic vs Tiresias: 17-63% lower average JCT (Pollux: 37-50% below Tiresias); below the
-  anchor on ElasticFlow cluster01 at load 1 (16%) and the Chronus mix (28-29%).
-- Predicted vs oracle: the in-process duration GBM (held-out MAPE 134%, Spearman 0.61) loses
-  most of SRTF's gain: srtf-predicted is below Tiresias on every trace and below FIFO on the
-  Chronus mix (0.4x). Elastic keeps most of its gain with the in-sample scaling model.
-- Gandiva never packs here (no interference data registered); time-slicing alone does not
-  lower average JCT. Hypersched on traces without searches behaves as FIFO.
+- srtf-predicted with the in-process duration GBM (on Muri trace1 + ElasticFlow cluster01
+  rows, trained on the other traces: MAPE 43%, Spearman 0.91, p10-p90 coverage 87%) beats
+  Tiresias on every trace and load (1.03-2.53x) and keeps 73-92% of the oracle's JCT gain over
+  FIFO on Muri and ElasticFlow; on the Chronus mix, whose rows it never saw, it is below FIFO
+  (0.82-0.90x) while the oracle is 1.5-1.7x above it.
+- Elastic vs Tiresias: 16-56% lower average JCT with predictions, 27-63% with the oracle
+  (Pollux: 37-50% below Tiresias); below the anchor on ElasticFlow cluster01 at load 1 and the
+  Chronus mix.
+- Gandiva never packs here (the job types carry no memory figures, so the Salus condition
+  cannot be checked); time-slicing alone does not lower average JCT. Hypersched on traces
+  without searches behaves as FIFO.
 - Fidelity: simulated average JCT is 29-48% below Muri's testbed; its jobs ran 5-6% longer than
   their traced durations, the rest (placement, start-up, Muri's own preemption handling) is
   not modelled.
-- Speed: the 82k-job Philly trace on 2,000 GPUs is light load (19% utilization), so it says
-  little about rounds under contention; Tiresias on the 69k ElasticFlow trace took 13 s.
+- Speed: the 82k-job Philly trace on 2,000 GPUs is light load, so it says little about rounds
+  under contention; elastic re-runs the DP every round and takes 80-90 s on the 3,000-job
+  Chronus mix.
 
 ### Hyper-parameter search (synthetic-hpsearch: 4 searches x 27 one-GPU trials, 2 h deadline)
 
