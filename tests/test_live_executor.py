@@ -204,7 +204,9 @@ def test_runner_carries_out_operator_commands_through_the_core_loop(executor):
     command = executor.store.add_command("op", "migrate", {"gpus": [list(target)]})
     step_until(lambda: executor.store.command_outcome(command) is not None)
     assert executor.store.command_outcome(command).startswith("done")
-    assert runner.loop.jobs["op"].gpus == (target,) and runner.loop.jobs["op"].migrations == 1
+    events = executor.store.events("op")
+    assert runner.loop.jobs["op"].gpus == (target,), events
+    assert runner.loop.jobs["op"].migrations == 1, events
     assert executor.store.job("op").gpus == (target,)
     refused = executor.store.add_command("op", "migrate", {"gpus": [[0, 0], [0, 1]]})
     step_until(lambda: executor.store.command_outcome(refused) is not None)

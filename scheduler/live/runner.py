@@ -126,10 +126,10 @@ class LiveRunner:
         """One round: admissions, decisions, then the executor's reports."""
         now = self.now()
         known = set(self.loop.jobs.all)
-        arrived = [
+        arrived = [  # new submissions only: jobs the store already ran are `recover`'s
             core_job(r.job_id, JobSpec(**r.spec))
             for r in self.store.jobs()
-            if r.job_id not in known and r.submit_time_s <= now
+            if r.job_id not in known and r.status == "pending" and r.submit_time_s <= now
         ]
         if arrived:
             self.loop.submit(arrived, now)
