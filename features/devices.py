@@ -8,6 +8,7 @@ bandwidth, memory, SM or CU count, L2 cache). Where a dataset ships its own devi
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass
@@ -81,27 +82,31 @@ def spec_frame(devices: pd.Series) -> pd.DataFrame:
     """Spec columns for each device name in `devices` (NaN where the device is unknown)."""
     names = devices.astype(str)
     keys = names.map({name: canonical_device(name) for name in names.unique()})
-    table = pd.DataFrame(
+    out = _spec_table().reindex(keys.to_numpy())
+    out.index = devices.index
+    return out
+
+
+@functools.cache
+def _spec_table() -> pd.DataFrame:
+    """The datasheet table, one row per DEVICES key (built once: it is read on every call)."""
+    return pd.DataFrame(
         [[getattr(spec, c) for c in SPEC_COLUMNS] for spec in DEVICES.values()],
         index=list(DEVICES),
         columns=list(SPEC_COLUMNS),
     )
-    out = table.reindex(keys.to_numpy())
-    out.index = devices.index
-    return out
 
 
 def fill_specs(df: pd.DataFrame, device_column: str) -> pd.DataFrame:
     """Return `df` with every spec column present, keeping the dataset's own values and
     filling gaps from the datasheet table."""
     specs = spec_frame(df[device_column])
-    out = df.copy()
-    for column in SPEC_COLUMNS:
-        if column in out.columns:
-            out[column] = pd.to_numeric(out[column], errors="coerce").fillna(specs[column])
-        else:
-            out[column] = specs[column]
-    return out
+    present = [c for c in SPEC_COLUMNS if c in df.columns]
+    if present:  # the dataset's own values first, the datasheet where they are missing
+        own = df[present].apply(pd.to_numeric, errors="coerce")
+        specs[present] = own.fillna(specs[present])
+    rest = df.drop(columns=present)
+    return pd.concat([rest, specs], axis=1)
 
 
 def matrix_speedup(devices: pd.Series) -> pd.Series:
