@@ -265,8 +265,8 @@ def main() -> None:
             "0.5 ms GIL switch interval made p50 worse (25-27 ms against 17 ms), so it was left "
             "at Python's default. The 10^5-candidate recommendation is one predict call of 10^5 "
             "distinct rows: in-process it takes ~0.38 s (scaling features ~0.15 s, the trees "
-            "~0.11 s, contract checks ~0.09 s); the rest of the HTTP figure is building and "
-            "scoring the candidate frame and the answer. Interference batches: about half "
+            "~0.11 s, contract checks ~0.09 s), about what it costs over HTTP. Interference "
+            "batches: about half "
             "LightGBM (both sides, three models each) and half "
             "features/interference.py (Series.map lookups)."
             if missed
