@@ -22,6 +22,7 @@ import pandas as pd
 
 from datasets.contract import GRAPH_SAMPLE_COLUMNS
 from features.devices import SPEC_COLUMNS, fill_specs, matrix_speedup
+from perfcast.errors import ContractError
 
 # op kinds that get their own aggregate columns; anything else counts as "other"
 OP_KINDS = (
@@ -59,6 +60,27 @@ def node_repeat(nodes: pd.DataFrame) -> pd.Series:
     first, last = by_sample.transform("min"), by_sample.transform("max")
     block = ((position >= first) & (position <= last)) | first.isna()
     return times.where(block, 1.0)
+
+
+_ROOFLINE_SPECS = ("peak_tflops_fp32", "mem_bw_gbps")
+
+
+def require_device_specs(nodes: pd.DataFrame, source: str) -> None:
+    """Refuse samples whose device has no peak FLOP rate or memory bandwidth (in the rows or
+    in the datasheet table): their roofline, hence their prediction, would be NaN."""
+    specs = fill_specs(nodes[["sample_id", "device", *[c for c in _ROOFLINE_SPECS if c in nodes]]],
+                       "device")  # fmt: skip
+    bad = ~(specs[list(_ROOFLINE_SPECS)] > 0).all(axis=1)
+    if bad.any():
+        devices = sorted(specs.loc[bad, "device"].astype(str).unique())
+        sample_ids = specs.loc[bad, "sample_id"].astype(str).unique()
+        raise ContractError(
+            f"{source}: device(s) {', '.join(map(repr, devices))} have no "
+            f"{' / '.join(_ROOFLINE_SPECS)} in the rows or in perfcast's datasheet table, so "
+            f"their roofline is unknown; give those columns (or use a known device name). "
+            f"{len(sample_ids)} sample(s), e.g. {sample_ids[0]!r}",
+            column=_ROOFLINE_SPECS[0],
+        )
 
 
 def with_roofline(nodes: pd.DataFrame) -> pd.DataFrame:

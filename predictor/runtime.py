@@ -20,7 +20,14 @@ import lightgbm as lgb
 import numpy as np
 import pandas as pd
 
-from features.graphs import RuntimeHistory, node_arrays, op_table, sample_table, samples
+from features.graphs import (
+    RuntimeHistory,
+    node_arrays,
+    op_table,
+    require_device_specs,
+    sample_table,
+    samples,
+)
 from predictor.base import TaskPredictor, interval_frame
 from predictor.graph_models import GraphQuantileNet
 from predictor.regressors import make_regressor
@@ -115,6 +122,7 @@ class RuntimePredictor(TaskPredictor):
         return extra.join(self.history_.transform(rows)), log_base
 
     def _fit(self, rows: pd.DataFrame) -> Self:
+        require_device_specs(rows, "runtime training rows")
         y = np.log(samples(rows)["e2e_latency_ms"].to_numpy(dtype=float))
         extra, log_base = self._stage2_view(rows)
         target = y - log_base
@@ -131,6 +139,7 @@ class RuntimePredictor(TaskPredictor):
         return self
 
     def _predict_interval(self, rows: pd.DataFrame) -> pd.DataFrame:
+        require_device_specs(rows, "runtime prediction rows")
         X, log_base = sample_table(rows)
         extra = pd.DataFrame(index=X.index)  # columns in the order _stage2_view makes them
         if self.ops_ is not None:

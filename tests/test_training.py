@@ -118,3 +118,31 @@ def test_a_champion_of_another_model_format_is_replaced() -> None:
     result = _last_json(second.output)
     assert result["promoted"]
     assert model_store.load_champion("interference").version == result["version"]
+
+
+def test_runtime_trains_on_profiled_cpu_graphs_once_the_device_specs_are_given(tmp_path) -> None:
+    """The zoo graphs profiled on this CPU: the CPU is not in the datasheet table, so training
+    is refused with a reason naming the device until the rows carry its specs; then the model
+    trains and registers although the input example's `seq_len` is missing (nullable int)."""
+    import datasets
+    from datasets.io import write_table
+
+    rows = datasets.load("measured-cpu-zoo-graphs")
+    plain = tmp_path / "cpu-graphs.parquet"
+    write_table(rows, plain)
+    refused = runner.invoke(app, ["train", "--task", "runtime", "--data", str(plain)])
+    assert refused.exit_code == 2
+    assert "'cpu'" in refused.output and "peak_tflops_fp32" in refused.output
+
+    # datasheet figures supplied by the user (round numbers for a 2-core VM, for this test)
+    specified = tmp_path / "cpu-graphs-with-specs.parquet"
+    write_table(rows.assign(peak_tflops_fp32=0.1, mem_bw_gbps=20.0), specified)
+    trained = runner.invoke(
+        app, ["train", "--task", "runtime", "--data", str(specified), "--model", "gbm", "--json"]
+    )
+    assert trained.exit_code == 0, trained.output
+    version = _last_json(trained.output)["version"]
+    loaded = mlflow.pyfunc.load_model(f"models:/{model_store.model_name('runtime')}/{version}")
+    assert loaded.input_example["seq_len"].isna().all()
+    out = loaded.predict(loaded.input_example)
+    assert out["e2e_latency_ms"].gt(0).all() and out["e2e_latency_ms"].notna().all()

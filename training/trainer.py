@@ -81,6 +81,7 @@ def train(task: str, data: str, model: str = "auto", split: str = "random") -> T
         if task == "runtime":  # a whole graph sample, not a slice of one
             first = test_rows["sample_id"].iloc[0]
             example = test_rows[test_rows["sample_id"] == first].drop(columns=["e2e_latency_ms"])
+        example = _signature_safe(example)
         output = predictor.predict_interval(example).reset_index(drop=True)
         mlflow.log_dict(
             {"input_columns": {c: str(t) for c, t in example.dtypes.items()},
@@ -101,6 +102,17 @@ def train(task: str, data: str, model: str = "auto", split: str = "random") -> T
     if promoted:
         model_store.set_champion(task, version)
     return TrainResult(task, family, run.info.run_id, version, metrics, champion_metrics, promoted)
+
+
+def _signature_safe(example: pd.DataFrame) -> pd.DataFrame:
+    """The input example with nullable integer columns that hold missing values as floats:
+    MLflow types such a column `long` and then cannot cast the example's own NA to it."""
+    out = example.copy()
+    for column, dtype in example.dtypes.items():
+        nullable_int = isinstance(dtype, pd.api.extensions.ExtensionDtype) and dtype.kind in "iu"
+        if nullable_int and example[column].isna().any():
+            out[column] = example[column].astype("float64")
+    return out
 
 
 def describe(result: TrainResult) -> str:
