@@ -41,7 +41,11 @@ class DurationFeatures:
             present = column in rows.columns
             X[f"log_{column}"] = np.log1p(rows[column].astype(float)) if present else np.nan
         for column, categories in self.categories_.items():
-            values = rows[column].astype("string") if column in rows else pd.Series(pd.NA)
+            values = (
+                rows[column].astype("string")
+                if column in rows
+                else pd.Series(pd.NA, index=rows.index, dtype="string")
+            )
             X[column] = pd.Categorical(values, categories=categories)
             history = self.history_[column]
             total = values.map(history["sum"]).to_numpy(dtype=float, na_value=np.nan).copy()
