@@ -85,7 +85,17 @@ class ScalingFeatures:
             for config, part in sync.groupby("config", sort=False)
         }
         self.jobs_ = pd.Index(sorted(ref["job"].unique()))
+        many = ref.loc[ref["num_gpus"] > 1, _KEY].drop_duplicates()
+        self.scaled_ = set(zip(many["job"].tolist(), many["gpu_type"].tolist(), strict=True))
         return self
+
+    def uncharted(self, rows: pd.DataFrame) -> np.ndarray:
+        """Multi-GPU rows whose job was never measured on more than one GPU of their type in
+        the fitted rows: how it scales there is a new GPU's (or a new job's) guess."""
+        codes, first = _distinct([rows[c] for c in _KEY])
+        keys = zip(*(rows[c].to_numpy()[first].tolist() for c in _KEY), strict=True)
+        charted = np.array([key in self.scaled_ for key in keys], dtype=bool)[codes]
+        return (rows["num_gpus"] > 1).to_numpy() & ~charted
 
     def _t1(self, job: str, gpu: str, bsz: float, single: bool) -> float:
         """One-GPU step time, leave-own-(gpu, batch)-out for one-GPU rows, interpolated."""

@@ -21,7 +21,7 @@ from perfcast.errors import ContractError
 # The shape of the predictors' learned state. Bump it whenever a change to a predictor or its
 # features would make a model saved by an earlier perfcast unreadable or wrong: champions saved
 # in another format are not loaded (training/model_store.py), and the next training replaces them.
-MODEL_FORMAT = 2
+MODEL_FORMAT = 3
 
 
 class TaskPredictor(BaseEstimator, ABC):

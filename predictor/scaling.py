@@ -47,11 +47,11 @@ class ScalingPredictor(TaskPredictor):
         return self
 
     def _new_gpu_margin(self, rows: pd.DataFrame) -> float | None:
-        """Conformal margin for the rows a new GPU presents (`_uncharted`). Random folds
-        calibrate p10/p90 on errors of GPUs the model knows, which are smaller: here each GPU
-        type's multi-GPU
-        rows are held out in turn (their one-GPU rows kept) and predicted by an uncalibrated
-        model, and the margin is what makes p10-p90 cover 80% of those errors."""
+        """Conformal margin for the rows a new GPU presents (`ScalingFeatures.uncharted`).
+        Random folds calibrate p10/p90 on errors of GPUs the model knows, which are smaller:
+        here each GPU type's multi-GPU rows are held out in turn (their one-GPU rows kept) and
+        predicted by an uncalibrated model, and the margin is what makes p10-p90 cover 80% of
+        those errors."""
         scores = []
         multi = (rows["num_gpus"] > 1).to_numpy()
         for gpu in rows["gpu_type"].unique():
@@ -65,7 +65,7 @@ class ScalingPredictor(TaskPredictor):
             if fit.sum() < 8:
                 continue
             X_test, base_test = features.transform(test, new_gpu=True)
-            usable = np.isfinite(base_test) & _uncharted(X_test)
+            usable = np.isfinite(base_test) & features.uncharted(test)
             if not usable.any():
                 continue
             model = clone(self.ratio_model_.regressor).fit(X[fit], log_y[fit] - log_base[fit])
@@ -86,7 +86,7 @@ class ScalingPredictor(TaskPredictor):
             has_base[:] = False
         if has_base.any():
             ratio = np.vstack(self.ratio_model_.predict_quantiles(X[has_base]))
-            new_gpu = _uncharted(X[has_base])
+            new_gpu = self.features_.uncharted(rows)[has_base]
             if self.new_gpu_margin_ is not None and new_gpu.any():
                 raw = np.vstack(self.ratio_model_.regressor_.predict_quantiles(X[has_base]))
                 ratio[0, new_gpu] = np.minimum(
@@ -100,13 +100,6 @@ class ScalingPredictor(TaskPredictor):
             out[:, ~has_base] = np.vstack(self.direct_model_.predict_quantiles(X[~has_base]))
         lo, mid, hi = np.exp(out)
         return interval_frame(self.targets, rows.index, [(lo, mid, hi)])
-
-
-def _uncharted(X: pd.DataFrame) -> np.ndarray:
-    """Multi-GPU rows with no overhead measured on their own GPU type: a new GPU's view."""
-    multi = (X["log_num_gpus"] > 0).to_numpy()
-    cross = (X["overhead_from_other_gpu"] > 0).to_numpy()
-    return multi & (cross | (X["has_overhead"] == 0).to_numpy())
 
 
 def _design(

@@ -59,6 +59,22 @@ def test_scaling_follows_the_new_gpus_one_gpu_time(gavel_scaling: pd.DataFrame) 
     assert 1.6 < np.median(ratio) < 2.4
 
 
+def test_only_a_new_gpus_scaling_gets_the_new_gpu_margin(gavel_scaling: pd.DataFrame) -> None:
+    """Gavel's k80 known from one-GPU rows only: its multi-GPU rows get the wide new-GPU
+    interval. Muri's jobs, measured at several GPUs but at one batch size each (so no same-GPU
+    overhead from another batch), are charted and must not get it: they once did."""
+    muri = datasets.load("muri-scaling")
+    new = gavel_scaling["gpu_type"] == "k80"
+    train = pd.concat([gavel_scaling[~new | (gavel_scaling["num_gpus"] == 1)], muri])
+    model = make_predictor("scaling", "gbm").fit(train)
+
+    def median_width(rows: pd.DataFrame) -> float:
+        out = model.predict_interval(rows[rows["num_gpus"] > 1].drop(columns=["step_time_s"]))
+        return float(np.median(np.log(out["step_time_s_p90"] / out["step_time_s_p10"])))
+
+    assert median_width(gavel_scaling[new]) > 1.5 * median_width(muri)
+
+
 def test_unknown_job_and_gpu_do_not_crash(gavel_scaling: pd.DataFrame) -> None:
     model = make_predictor("scaling", "gbm").fit(gavel_scaling)
     row = gavel_scaling.iloc[:1].assign(job="never-seen-job", gpu_type="b200")
