@@ -25,6 +25,7 @@ from predictor.base import MODEL_FORMAT, TaskPredictor
 EXPERIMENT = "perfcast"
 CHAMPION = "champion"
 FORMAT_TAG = "perfcast.model_format"  # run tag: the MODEL_FORMAT the model was saved in
+_FORMAT_WARNED: set[tuple[str, str]] = set()  # (task, version): say it once per process
 logger = logging.getLogger("perfcast")
 
 
@@ -80,6 +81,9 @@ def load_champion(task: str) -> Champion | None:
     run = client.get_run(version.run_id)
     saved_format = run.data.tags.get(FORMAT_TAG)
     if saved_format != str(MODEL_FORMAT):
+        if (task, version.version) in _FORMAT_WARNED:
+            return None
+        _FORMAT_WARNED.add((task, version.version))
         logger.warning(
             "ignoring the champion of %s (version %s): saved in model format %s, this perfcast "
             "reads format %s; train again to replace it",
