@@ -41,7 +41,7 @@ def save_checkpoint(path: str | Path, state: dict[str, Any]) -> CheckpointRef:
     path = Path(path)
     buffer = io.BytesIO()
     torch.save(state, buffer)
-    payload = buffer.getvalue()
+    payload = buffer.getbuffer()  # a view, not a copy of what may be gigabytes
     digest = hashlib.sha256(payload).hexdigest()
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
