@@ -120,6 +120,20 @@ def test_migrate_continues_from_the_same_iteration(executor, reference):
     assert_bit_identical(final_state(executor, "m"), reference)
 
 
+def test_a_job_that_finishes_before_its_move_is_not_moved(executor):
+    """Migration starts the new workers ahead; when the old ones finish at the boundary
+    instead, the new ones are called off before loading anything and the job is done."""
+    short = SPEC.model_copy(update={"iterations": 3, "min_step_time_s": 0.5})
+    submit(executor, "f", short)
+    executor.run("f", ((0, 0),), SPEC.batch_size, "exclusive")
+    executor.wait_until("f", 2)  # the last step takes 0.5 s: the move request lands in it
+    executor.relaunch("f", ((0, 3),), SPEC.batch_size, "migrate")
+    assert "f" not in executor.live
+    assert executor.store.job("f").status == "done"
+    assert len(launches(executor, "f")) == 1  # the workers called off never launched it
+    assert wait_finished(executor, "f").iteration == short.iterations
+
+
 def test_resize_one_two_one_continues_from_the_same_step(executor):
     submit(executor, "r")
     executor.run("r", ((0, 0),), 32, "exclusive")

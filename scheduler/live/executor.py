@@ -194,22 +194,50 @@ class RayExecutor:
 
     def relaunch(self, job_id: str, gpus: tuple[GpuSlot, ...], batch: int, why: str) -> float:
         """Checkpoint at the next boundary and continue on `gpus` at global `batch` (migrate,
-        resize). Returns the latency from the request to the new workers' start, s."""
+        resize). Returns the latency from the request to the new workers' start, s. When the
+        new GPUs are not the old ones, the new workers start at once and build their model
+        while the old ones reach the boundary and checkpoint (Gandiva-style migration)."""
         with self._lock:
             self.slicer.remove(job_id)
             start = time.perf_counter()
             live = self._live(job_id)
-            outcomes = self._stop_workers(live, why)
+            ahead = None
+            if not set(gpus) & set(live.gpus):
+                ray.get([w.request_exit.remote(why) for w in live.workers], timeout=_RPC_TIMEOUT_S)
+                ahead = self._launch(job_id, gpus, batch, None, pending=True)
+            try:
+                outcomes = self._stop_workers(live, why)
+            except ExecutorError:
+                if ahead:
+                    self._call_off(ahead)
+                raise
             if outcomes[0]["status"] == "finished":  # it finished first: nothing to move
+                if ahead:
+                    self._call_off(ahead)
                 self._reports.append(self._record_finished(live, outcomes[0]))
                 return time.perf_counter() - start
             ckpt = outcomes[0].get("last_checkpoint")
             ref = CheckpointRef(**ckpt) if ckpt else self._restore_point(job_id)
             if ref is not None:
                 self.store.record_checkpoint(job_id, ref)
-            self._launch(job_id, gpus, batch, ref)
+            if ahead:
+                handed = asdict(ref) if ref else None
+                ray.get([w.hand_over.remote(handed) for w in ahead.workers], timeout=_RPC_TIMEOUT_S)
+                self._log_launch(ahead, ref)
+            else:
+                self._launch(job_id, gpus, batch, ref)
             self.store.log(job_id, why, f"to {list(gpus)} batch {batch}")
             return time.perf_counter() - start
+
+    def _call_off(self, ahead: _LiveJob) -> None:
+        """End the workers started ahead of a move that is not happening (the old workers
+        finished or failed first); they have loaded nothing."""
+        refs = [w.hand_over.remote(None, cancel=True) for w in ahead.workers]
+        ray.get(refs, timeout=_RPC_TIMEOUT_S)
+        ray.get(ahead.joins, timeout=_RPC_TIMEOUT_S)
+        if self.live.get(ahead.job_id) is ahead:
+            self.live.pop(ahead.job_id)
+        self._release_workers(ahead)
 
     def stop(self, job_id: str, why: str = "stopped") -> dict[str, Any]:
         """Checkpoint at the next boundary and end the job's workers; a later `Run` continues
@@ -439,8 +467,15 @@ class RayExecutor:
         ray.get([w.info.remote() for w in handles], timeout=_RPC_TIMEOUT_S)
 
     def _launch(
-        self, job_id: str, gpus: tuple[GpuSlot, ...], batch: int, ref: CheckpointRef | None
-    ) -> None:
+        self,
+        job_id: str,
+        gpus: tuple[GpuSlot, ...],
+        batch: int,
+        ref: CheckpointRef | None,
+        pending: bool = False,
+    ) -> _LiveJob:
+        """Start the job's workers on `gpus` from `ref`; with `pending`, they build their
+        model and wait for `hand_over` to say what to restore."""
         record = self.store.job(job_id)
         spec = JobSpec.model_validate(record.spec)
         if not gpus:
@@ -466,6 +501,7 @@ class RayExecutor:
                 gpu_index=gpu,
                 checkpoint_dir=str(self.checkpoint_dir),
                 restore_from=asdict(ref) if ref else None,
+                restore_pending=pending,
             )
             for rank, (_, gpu) in enumerate(gpus)
         ]
@@ -476,8 +512,14 @@ class RayExecutor:
         self.store.update_job(
             job_id, status="running", gpus=gpus, batch_size=batch, workers=names, attempt=attempt
         )
+        if not pending:  # else logged at the hand-over, once the checkpoint is known
+            self._log_launch(live, ref)
+        return live
+
+    def _log_launch(self, live: _LiveJob, ref: CheckpointRef | None) -> None:
         where = f"from iteration {ref.iteration}" if ref else "from scratch"
-        self.store.log(job_id, "launch", f"attempt {attempt} on {list(gpus)} {where}")
+        detail = f"attempt {live.attempt} on {list(live.gpus)} {where}"
+        self.store.log(live.job_id, "launch", detail)
 
     def _suspend_workers(self, live: _LiveJob, release_device: bool = True) -> None:
         refs = [w.suspend.remote(release_device=release_device) for w in live.workers]
@@ -494,7 +536,8 @@ class RayExecutor:
         """Make the workers checkpoint and leave their loop; their outcomes, rank order."""
         ray.get([w.request_exit.remote(why) for w in live.workers], timeout=_RPC_TIMEOUT_S)
         outcomes = ray.get(live.joins, timeout=_RPC_TIMEOUT_S)
-        self.live.pop(live.job_id)
+        if self.live.get(live.job_id) is live:  # not when new workers were started ahead
+            self.live.pop(live.job_id)
         self._release_workers(live)
         failed = [o for o in outcomes if o["status"] == "failed"]
         if failed:

@@ -40,6 +40,11 @@ from scheduler.live.checkpoint import (
 from scheduler.live.spec import JobSpec
 
 _KEEP_CHECKPOINTS = 2
+_HAND_OVER_TIMEOUT_S = 120.0
+
+
+class LaunchCancelled(RuntimeError):
+    """A worker started ahead of a migration whose old workers finished or failed instead."""
 
 
 class Command(IntEnum):
@@ -79,6 +84,7 @@ class TrainingHook:
         device: torch.device | str = "cpu",
         checkpoint_dir: str | Path,
         restore_from: CheckpointRef | None = None,
+        restore_pending: bool = False,
     ) -> None:
         self.job_id, self.spec = job_id, spec
         self.rank, self.world_size = rank, world_size
@@ -88,6 +94,12 @@ class TrainingHook:
         self.device = torch.device(device)
         self.checkpoint_dir = Path(checkpoint_dir)
         self.restore_from = restore_from
+        # A migration starts the new workers while the old ones still checkpoint: `restore`
+        # then waits for `hand_over` to say which checkpoint (or that the move is off).
+        self._handed_over = threading.Event()
+        self._cancelled = False
+        if not restore_pending:
+            self._handed_over.set()
         self.status = HookStatus()
         self._model: nn.Module | None = None
         self._optimizer: torch.optim.Optimizer | None = None
@@ -107,6 +119,10 @@ class TrainingHook:
         """Load the assigned checkpoint (if any) into `model` and `optimizer`, set the learning
         rate for this job size, and return the iteration to start from."""
         self._model, self._optimizer = model, optimizer
+        if not self._handed_over.wait(_HAND_OVER_TIMEOUT_S):
+            raise RuntimeError(f"no checkpoint handed over in {_HAND_OVER_TIMEOUT_S:.0f} s")
+        if self._cancelled:
+            raise LaunchCancelled(f"job {self.job_id}: the move was called off")
         start = samples = 0
         if self.restore_from is not None:
             state = load_checkpoint(
@@ -150,6 +166,12 @@ class TrainingHook:
         return True
 
     # ---- control side (called from the worker's other threads) ----------------------------
+    def hand_over(self, restore_from: CheckpointRef | None, cancel: bool = False) -> None:
+        """The checkpoint a pending `restore` loads (None: start from scratch), or, with
+        `cancel`, that it must give up (the old workers finished or failed instead)."""
+        self.restore_from, self._cancelled = restore_from, cancel
+        self._handed_over.set()
+
     def request_suspend(self, timeout_s: float = 60.0, release_device: bool = True) -> bool:
         """Ask the loop to suspend at its next boundary and wait until it has. False if the
         loop ended (or did not reach a boundary in time) first. `release_device=False` keeps

@@ -44,6 +44,7 @@ class Assignment:
     gpu_index: int | None
     checkpoint_dir: str
     restore_from: dict[str, Any] | None = None
+    restore_pending: bool = False  # wait for `hand_over` to say what to restore
 
 
 def _device(gpu_index: int | None) -> torch.device:
@@ -118,6 +119,12 @@ class TrainingWorker:
         if hook:
             hook.request_exit(reason)
 
+    def hand_over(self, restore_from: dict[str, Any] | None, cancel: bool = False) -> None:
+        """Tell a worker started with `restore_pending` what to restore (or to give up)."""
+        hook = self._wait_for_hook()
+        if hook:
+            hook.hand_over(CheckpointRef(**restore_from) if restore_from else None, cancel)
+
     def _wait_for_hook(self, timeout_s: float = 60.0) -> TrainingHook | None:
         """The hook of the running loop (it exists once the process group is up)."""
         deadline = datetime.datetime.now() + datetime.timedelta(seconds=timeout_s)
@@ -150,6 +157,7 @@ class TrainingWorker:
                 device=device,
                 checkpoint_dir=a.checkpoint_dir,
                 restore_from=restore,
+                restore_pending=a.restore_pending,
             )
             self._hook = hook
             module_name, func_name = spec.entrypoint.split(":")
