@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run test lint install clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	# torch first and exactly pinned, so pip takes the CPU wheel instead of a CUDA build
@@ -16,8 +16,10 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# State (MLflow store, caches) under var/ here unless PERFCAST_HOME says otherwise; an installed
+# perfcast defaults to the platform's per-user data directory instead.
 run: $(STAMP)
-	$(BIN)/perfcast serve
+	PERFCAST_HOME="$${PERFCAST_HOME:-$(CURDIR)/var}" $(BIN)/perfcast serve
 
 test: $(STAMP)
 	$(BIN)/ruff check .

@@ -18,14 +18,14 @@ import numpy as np
 import pandas as pd
 from rich.progress import track
 
-import datasets
 from benchmarks.report import write_section
-from features.graphs import sample_table, samples
-from features.scaling import ScalingFeatures, gpus_per_node_of
-from predictor import make_predictor
-from training.evaluation import truth_and_predictions
-from training.metrics import regression_metrics
-from training.splits import folds
+from perfcast import datasets
+from perfcast.datasets.splits import folds
+from perfcast.features.graphs import sample_table, samples
+from perfcast.features.scaling import ScalingFeatures, gpus_per_node_of
+from perfcast.predictor import make_predictor
+from perfcast.training.evaluation import truth_and_predictions
+from perfcast.training.metrics import regression_metrics
 
 SCALING_DATA = ["pollux-scaling", "gavel-scaling", "muri-scaling"]
 

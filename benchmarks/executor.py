@@ -35,15 +35,15 @@ import ray
 import torch
 
 from benchmarks.report import write_section
-from scheduler.live.checkpoint import load_checkpoint, save_checkpoint
-from scheduler.live.executor import Finished, RayExecutor
-from scheduler.live.models import build_model, num_parameters
-from scheduler.live.runner import LiveRunner
-from scheduler.live.spec import JobSpec
-from scheduler.live.store import JobStore
-from scheduler.live.trace import load_trace
-from scheduler.policies import make_policy
-from scheduler.sim.workload import read_trace
+from perfcast.scheduler.live.checkpoint import load_checkpoint, save_checkpoint
+from perfcast.scheduler.live.executor import Finished, RayExecutor
+from perfcast.scheduler.live.models import build_model, num_parameters
+from perfcast.scheduler.live.runner import LiveRunner
+from perfcast.scheduler.live.spec import JobSpec
+from perfcast.scheduler.live.store import JobStore
+from perfcast.scheduler.live.trace import load_trace
+from perfcast.scheduler.policies import make_policy
+from perfcast.scheduler.sim.workload import read_trace
 
 COMMAND = ".venv/bin/python -m benchmarks.executor"
 SLICE_JOB = JobSpec(name="slice", width=256, depth=3, batch_size=64, iterations=10**7)

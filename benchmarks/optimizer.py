@@ -22,16 +22,16 @@ import numpy as np
 import pandas as pd
 
 from benchmarks.report import write_section
-from datasets.fetch import fetch
-from predictor.backend import PredictionBackend
-from scheduler.optimizer.configs import GpuPool, Work, enumerate_candidates, recommend
-from scheduler.optimizer.elastic import (
+from perfcast.datasets.fetch import fetch
+from perfcast.optimizer.configs import GpuPool, Work, enumerate_candidates, recommend
+from perfcast.optimizer.elastic import (
     Allocation,
     ElasticJob,
     allocate,
     allocate_greedy,
     total_throughput,
 )
+from perfcast.predictor.backend import PredictionBackend
 
 COMMAND = ".venv/bin/python -m benchmarks.optimizer"
 MODELS = ("bert", "cifar10", "deepspeech2", "imagenet", "ncf", "yolov3")
@@ -139,12 +139,12 @@ class TimedBackend:
 
 
 def scaling_backend() -> tuple[PredictionBackend, str]:
-    from predictor.inprocess import InProcessBackend
-    from training.model_store import load_champion
+    from perfcast.training.inprocess import InProcessBackend
+    from perfcast.training.model_store import load_champion
 
     if load_champion("scaling") is not None:
         return InProcessBackend(tasks=("scaling",)), "InProcessBackend (registered champion)"
-    from predictor.scaling import ScalingPredictor
+    from perfcast.predictor.scaling import ScalingPredictor
 
     rows = pollux_placements()
     predictor = ScalingPredictor(model="gbm").fit(rows)

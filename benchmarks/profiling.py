@@ -17,8 +17,13 @@ import time
 import torch
 
 from benchmarks.report import write_section
-from features.profiling import StepProfile, profile_step, zoo
-from features.profiling.step_profiler import device_name, resolve_device, to_device, train_step
+from perfcast.features.profiling import StepProfile, profile_step, zoo
+from perfcast.features.profiling.step_profiler import (
+    device_name,
+    resolve_device,
+    to_device,
+    train_step,
+)
 
 CASES = [
     (zoo.spec("mlp", width=256, depth=3), 64),

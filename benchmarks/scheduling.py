@@ -13,16 +13,16 @@ import time
 
 import pandas as pd
 
-import datasets
 from benchmarks.report import write_section
-from datasets.fetch import fetch
-from datasets.io import write_table
-from datasets.registry import registry
+from perfcast import datasets
+from perfcast.datasets.fetch import fetch
+from perfcast.datasets.io import write_table
+from perfcast.datasets.registry import registry
 from perfcast.errors import PerfcastError
 from perfcast.paths import state_dir
-from scheduler.core.cluster import ClusterSpec
-from scheduler.sim.run import prepare_workload, run_simulation
-from training.trainer import train
+from perfcast.scheduler.core.cluster import ClusterSpec
+from perfcast.scheduler.sim.run import prepare_workload, run_simulation
+from perfcast.training.trainer import train
 
 # (trace, cluster, first N jobs or None for all)
 TRACES = [

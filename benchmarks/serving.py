@@ -145,8 +145,8 @@ def timed_post(url: str, path: str, body: dict, repeats: int) -> tuple[float, di
 def batch_throughput(task: str, data: str, rows: int = 100_000, repeats: int = 3) -> float:
     """Rows per second of `predict_interval` on `rows` rows drawn from `data` (median)."""
     sys.path.insert(0, str(ROOT))
-    import datasets
-    from predictor import make_predictor
+    from perfcast import datasets
+    from perfcast.predictor import make_predictor
 
     table = datasets.load(data)
     predictor = make_predictor(task, "gbm").fit(table)

@@ -15,10 +15,10 @@ import tempfile
 import time
 
 from benchmarks.report import write_section
-from datasets.registry import registry
+from perfcast.datasets.registry import registry
 from perfcast.errors import PerfcastError
-from predictor.backend import TASK_TABLES
-from training.trainer import DEFAULT_DATA, load_rows, train
+from perfcast.predictor.backend import TASK_TABLES
+from perfcast.training.trainer import DEFAULT_DATA, load_rows, train
 
 COMMAND = ".venv/bin/python -m benchmarks.training"
 TARGET_S = 600.0

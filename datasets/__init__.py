@@ -4,9 +4,9 @@
 table against the contract, `read_table` / `write_table` move tables to and from files.
 """
 
-from datasets.contract import KINDS, SCHEMAS, TARGETS, validate
-from datasets.io import read_table, write_table
-from datasets.registry import Dataset, dataset, get, load, registry
+from perfcast.datasets.contract import KINDS, SCHEMAS, TARGETS, validate
+from perfcast.datasets.io import read_table, write_table
+from perfcast.datasets.registry import Dataset, dataset, get, load, registry
 
 __all__ = [
     "KINDS", "SCHEMAS", "TARGETS", "Dataset", "dataset", "get", "load", "read_table",

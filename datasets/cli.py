@@ -11,9 +11,9 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from datasets.contract import KINDS
-from datasets.io import read_table, write_table
-from datasets.registry import get, load, registry
+from perfcast.datasets.contract import KINDS
+from perfcast.datasets.io import read_table, write_table
+from perfcast.datasets.registry import get, load, registry
 
 app = typer.Typer(help="Public measurements and traces in the data contract.", no_args_is_help=True)
 console = Console()

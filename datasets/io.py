@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from datasets.contract import SCHEMAS, validate
+from perfcast.datasets.contract import SCHEMAS, validate
 from perfcast.errors import ContractError
 
 SUFFIXES = (".csv", ".parquet")

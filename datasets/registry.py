@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from datasets import fetch as fetch_module
-from datasets.contract import Kind, validate
+from perfcast.datasets import fetch as fetch_module
+from perfcast.datasets.contract import Kind, validate
 from perfcast.errors import PerfcastError
 from perfcast.paths import state_dir
 
@@ -88,10 +88,10 @@ def _manifest_license(files: tuple[str, ...] | list[str]) -> str:
 @functools.cache
 def _discover() -> None:
     """Import every loader module once, so each registers its datasets."""
-    import datasets.sources as sources
+    import perfcast.datasets.sources as sources
 
     for info in pkgutil.iter_modules(sources.__path__):
-        importlib.import_module(f"datasets.sources.{info.name}")
+        importlib.import_module(f"perfcast.datasets.sources.{info.name}")
 
 
 def registry() -> dict[str, Dataset]:
@@ -114,7 +114,7 @@ def load(name: str, *, use_cache: bool = True) -> pd.DataFrame:
         return pd.read_parquet(cache)
     table = validate(spec.loader(), spec.kind, source=f"dataset {spec.name}")
     if use_cache:
-        from datasets.io import write_table
+        from perfcast.datasets.io import write_table
 
         write_table(table, cache)
     return table

@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from datasets.io import write_table
+from perfcast.datasets.io import write_table
 from perfcast.errors import PerfcastError
 
 app = typer.Typer(
@@ -64,7 +64,7 @@ def int_list(text: str, option: str) -> list[int]:
 
 
 def _zoo_spec(model: str, width: int | None, depth: int | None, input_size: int | None):
-    from features.profiling import zoo
+    from perfcast.features.profiling import zoo
 
     base = zoo.parse_job(model)
     return zoo.spec(
@@ -96,7 +96,11 @@ def run(
     threads: Threads = None,
 ) -> None:
     """Profile a zoo model's training step at each batch size; writes `scaling` rows."""
-    from features.profiling.samples import forward_gflops_per_sample, profile_zoo, scaling_row
+    from perfcast.features.profiling.samples import (
+        forward_gflops_per_sample,
+        profile_zoo,
+        scaling_row,
+    )
 
     _set_threads(threads)
     spec = _zoo_spec(model, width, depth, input_size)
@@ -130,8 +134,8 @@ def colocate(
     threads: Annotated[int, typer.Option(help="torch CPU threads per job process.")] = 1,
 ) -> None:
     """Run two jobs alone, then together on the same device; writes an `interference` row."""
-    from features.profiling.colocate import JobSpec, WindowSettings
-    from features.profiling.colocate import colocate as measure
+    from perfcast.features.profiling.colocate import JobSpec, WindowSettings
+    from perfcast.features.profiling.colocate import colocate as measure
 
     if window <= 0 or threads < 1:
         raise PerfcastError("--window must be > 0 and --threads >= 1")
@@ -161,7 +165,7 @@ def graph(
     threads: Threads = None,
 ) -> None:
     """Extract a zoo model's operator DAG (torch.fx); writes one `graph` sample."""
-    from features.profiling.samples import graph_sample
+    from perfcast.features.profiling.samples import graph_sample
 
     if mode not in ("train", "inference"):
         raise PerfcastError(f"--mode must be train or inference, got {mode!r}")
@@ -190,7 +194,7 @@ def query(
     repeats: Annotated[int, typer.Option(help="Runs of each setting.", min=1)] = 1,
 ) -> None:
     """Profile TPC-H query plans in DuckDB (EXPLAIN ANALYZE); writes `plan` rows."""
-    from features.profiling import query_plans
+    from perfcast.features.profiling import query_plans
 
     numbers = int_list(queries, "--queries")
     thread_counts = int_list(threads, "--threads")
@@ -228,7 +232,7 @@ def dataset(
 ) -> None:
     """Regenerate the committed measured dataset (zoo scaling, co-located pairs, graphs, TPC-H
     plans) on this machine: one folder with its meta.json."""
-    from features.profiling.measured_dataset import generate
+    from perfcast.features.profiling.measured_dataset import generate
 
     with progress() as bar:
         files = generate(out, device=device, progress=bar)

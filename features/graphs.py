@@ -20,9 +20,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from datasets.contract import GRAPH_SAMPLE_COLUMNS
-from features.devices import SPEC_COLUMNS, fill_specs, matrix_speedup
+from perfcast.datasets.contract import GRAPH_SAMPLE_COLUMNS
 from perfcast.errors import ContractError
+from perfcast.features.devices import SPEC_COLUMNS, fill_specs, matrix_speedup
 
 # op kinds that get their own aggregate columns; anything else counts as "other"
 OP_KINDS = (

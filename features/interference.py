@@ -21,7 +21,7 @@ from typing import Self
 import numpy as np
 import pandas as pd
 
-from features.devices import SPEC_COLUMNS, fill_specs
+from perfcast.features.devices import SPEC_COLUMNS, fill_specs
 
 _COUNTERS = ("gpu_util", "mem_util")
 

@@ -27,7 +27,7 @@ from typing import Self
 import numpy as np
 import pandas as pd
 
-from features.devices import SPEC_COLUMNS, fill_specs
+from perfcast.features.devices import SPEC_COLUMNS, fill_specs
 
 _KEY = ["job", "gpu_type"]
 _CONFIG = ["job", "num_gpus", "num_nodes", "gpus_per_node"]

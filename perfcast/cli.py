@@ -37,12 +37,12 @@ app = typer.Typer(
 
 # (module, group name or None to merge the module's commands at the top level)
 _GROUPS: list[tuple[str, str | None]] = [
-    ("datasets.cli", "datasets"),
-    ("features.cli", "profile"),
-    ("training.cli", None),
-    ("serving.cli", None),
-    ("scheduler.cli", None),
-    ("scheduler.live.cli", None),
+    ("perfcast.datasets.cli", "datasets"),
+    ("perfcast.features.cli", "profile"),
+    ("perfcast.training.cli", None),
+    ("perfcast.serving.cli", None),
+    ("perfcast.scheduler.cli", None),
+    ("perfcast.scheduler.live.cli", None),
 ]
 
 

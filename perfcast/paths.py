@@ -5,12 +5,18 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import platformdirs
+
+# The source checkout this module sits in (for an installed wheel: site-packages' parent, where
+# no shared/ datasets are found and the loaders download instead).
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
 def state_dir() -> Path:
-    """perfcast's writable data directory: `$PERFCAST_HOME`, else `var/` in the project."""
-    path = Path(os.environ.get("PERFCAST_HOME", PROJECT_ROOT / "var"))
+    """perfcast's writable data directory: `$PERFCAST_HOME`, else the platform's per-user data
+    directory (never inside the installed package: site-packages may be read-only or shared)."""
+    home = os.environ.get("PERFCAST_HOME")
+    path = Path(home) if home else Path(platformdirs.user_data_dir("perfcast", appauthor=False))
     path.mkdir(parents=True, exist_ok=True)
     return path
 

@@ -4,8 +4,8 @@ families each. `make_predictor(task, family)` is the one place that maps names t
 from __future__ import annotations
 
 from perfcast.errors import PerfcastError
-from predictor.backend import TASKS, PredictionBackend, Task
-from predictor.base import TaskPredictor
+from perfcast.predictor.backend import TASKS, PredictionBackend, Task
+from perfcast.predictor.base import TaskPredictor
 
 FAMILIES: dict[str, tuple[str, ...]] = {
     "scaling": ("gbm", "fcn"),
@@ -18,10 +18,10 @@ DEFAULT_FAMILY = {"scaling": "gbm", "interference": "gbm", "runtime": "gbm", "du
 
 def make_predictor(task: str, family: str | None = None, **params: object) -> TaskPredictor:
     """A fresh, unfitted predictor for `task` with model family `family` (default per task)."""
-    from predictor.duration import DurationPredictor
-    from predictor.interference import InterferencePredictor
-    from predictor.runtime import RuntimePredictor
-    from predictor.scaling import ScalingPredictor
+    from perfcast.predictor.duration import DurationPredictor
+    from perfcast.predictor.interference import InterferencePredictor
+    from perfcast.predictor.runtime import RuntimePredictor
+    from perfcast.predictor.scaling import ScalingPredictor
 
     classes = {
         "scaling": ScalingPredictor,

@@ -15,13 +15,13 @@ import numpy as np
 import pandas as pd
 from sklearn.base import BaseEstimator
 
-from datasets.contract import validate
+from perfcast.datasets.contract import validate
 from perfcast.errors import ContractError
 
 # The shape of the predictors' learned state. Bump it whenever a change to a predictor or its
 # features would make a model saved by an earlier perfcast unreadable or wrong: champions saved
 # in another format are not loaded (training/model_store.py), and the next training replaces them.
-MODEL_FORMAT = 3
+MODEL_FORMAT = 4  # 4: modules moved under perfcast.* (pickles name their classes by module)
 
 
 class TaskPredictor(BaseEstimator, ABC):

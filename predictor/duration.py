@@ -7,9 +7,9 @@ from typing import Self
 import numpy as np
 import pandas as pd
 
-from features.trace import DurationFeatures
-from predictor.base import TaskPredictor, interval_frame
-from predictor.regressors import make_regressor
+from perfcast.features.trace import DurationFeatures
+from perfcast.predictor.base import TaskPredictor, interval_frame
+from perfcast.predictor.regressors import make_regressor
 
 
 class DurationPredictor(TaskPredictor):

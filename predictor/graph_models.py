@@ -16,8 +16,8 @@ from torch.nn.utils.rnn import pack_sequence
 from torch_geometric.data import Batch, Data
 from torch_geometric.nn import SAGEConv, global_add_pool, global_mean_pool
 
-from features.graphs import NODE_FEATURES, GraphArrays
-from predictor.regressors import QUANTILES, pinball_loss
+from perfcast.features.graphs import NODE_FEATURES, GraphArrays
+from perfcast.predictor.regressors import QUANTILES, pinball_loss
 
 
 class _GNN(nn.Module):

@@ -7,11 +7,11 @@ from typing import Self
 import numpy as np
 import pandas as pd
 
-from features.interference import InterferenceFeatures
+from perfcast.datasets.splits import folds
 from perfcast.errors import PerfcastError
-from predictor.base import TaskPredictor, interval_frame
-from predictor.regressors import QUANTILES, ConformalQuantiles, make_regressor
-from training.splits import folds
+from perfcast.features.interference import InterferenceFeatures
+from perfcast.predictor.base import TaskPredictor, interval_frame
+from perfcast.predictor.regressors import QUANTILES, ConformalQuantiles, make_regressor
 
 # The model for pairs with a workload it has not seen: few features and strong regularization
 # (additive stumps on large leaves; a small, briefly trained network), so it learns the trend

@@ -20,7 +20,7 @@ import lightgbm as lgb
 import numpy as np
 import pandas as pd
 
-from features.graphs import (
+from perfcast.features.graphs import (
     RuntimeHistory,
     node_arrays,
     op_table,
@@ -28,9 +28,9 @@ from features.graphs import (
     sample_table,
     samples,
 )
-from predictor.base import TaskPredictor, interval_frame
-from predictor.graph_models import GraphQuantileNet
-from predictor.regressors import make_regressor
+from perfcast.predictor.base import TaskPredictor, interval_frame
+from perfcast.predictor.graph_models import GraphQuantileNet
+from perfcast.predictor.regressors import make_regressor
 
 GRAPH_FAMILIES = ("rnn", "gnn")
 _NOT_FEATURES = ["sample_id", "repeat", "roofline_ms"]

@@ -8,9 +8,9 @@ import numpy as np
 import pandas as pd
 from sklearn.base import clone
 
-from features.scaling import ScalingFeatures
-from predictor.base import TaskPredictor, interval_frame
-from predictor.regressors import QUANTILES, make_regressor
+from perfcast.features.scaling import ScalingFeatures
+from perfcast.predictor.base import TaskPredictor, interval_frame
+from perfcast.predictor.regressors import QUANTILES, make_regressor
 
 COVERAGE = QUANTILES[2] - QUANTILES[0]
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 from typing import Literal
 
 from perfcast.errors import PerfcastError
-from predictor.backend import PredictionBackend
-from scheduler.oracle import OracleBackend
-from scheduler.sim.workload import Workload
+from perfcast.predictor.backend import PredictionBackend
+from perfcast.scheduler.oracle import OracleBackend
+from perfcast.scheduler.sim.workload import Workload
 
 BackendName = Literal["inprocess", "http", "oracle"]
 BACKENDS: tuple[str, ...] = ("inprocess", "http", "oracle")
@@ -22,7 +22,7 @@ def make_backend(
         return OracleBackend(workload.scaling, workload.interference, workload.jobs)
     if name == "inprocess":
         try:
-            from predictor.inprocess import InProcessBackend
+            from perfcast.training.inprocess import InProcessBackend
         except ImportError as err:
             raise PerfcastError(
                 f"the in-process predictors are not available ({err}); use --predictor oracle"
@@ -30,7 +30,7 @@ def make_backend(
         return InProcessBackend()
     if name == "http":
         try:
-            from serving.client import PerfcastClient
+            from perfcast.serving.client import PerfcastClient
         except ImportError as err:
             raise PerfcastError(
                 f"the HTTP client is not available ({err}); use --predictor inprocess or oracle"

@@ -11,10 +11,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 from rich.table import Table
 
-from scheduler.backends import BACKENDS
-from scheduler.core.cluster import ClusterSpec
-from scheduler.policies import policy_names
-from scheduler.sim.run import prepare_workload, run_simulation, write_outputs
+from perfcast.scheduler.backends import BACKENDS
+from perfcast.scheduler.core.cluster import ClusterSpec
+from perfcast.scheduler.policies import policy_names
+from perfcast.scheduler.sim.run import prepare_workload, run_simulation, write_outputs
 
 app = typer.Typer(no_args_is_help=True)
 console = Console(stderr=True)

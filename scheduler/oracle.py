@@ -7,9 +7,9 @@ import numpy as np
 import pandas as pd
 
 from perfcast.errors import PerfcastError
-from predictor.backend import Task
-from scheduler.core.jobs import Job
-from scheduler.sim.catalog import InterferenceCatalog, ScalingCatalog
+from perfcast.predictor.backend import Task
+from perfcast.scheduler.core.jobs import Job
+from perfcast.scheduler.sim.catalog import InterferenceCatalog, ScalingCatalog
 
 
 class OracleBackend:

@@ -15,13 +15,13 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from perfcast.errors import ContractError, PerfcastError
-from serving.batching import PredictionBatcher
-from serving.metrics import ServiceMetrics
-from serving.middleware import BodySizeLimitMiddleware, MetricsMiddleware
-from serving.models import ModelUnavailableError, ServedModels
-from serving.routers import decide, health, predict
-from serving.routers import models as models_routes
-from serving.settings import Settings
+from perfcast.serving.batching import PredictionBatcher
+from perfcast.serving.metrics import ServiceMetrics
+from perfcast.serving.middleware import BodySizeLimitMiddleware, MetricsMiddleware
+from perfcast.serving.models import ModelUnavailableError, ServedModels
+from perfcast.serving.routers import decide, health, predict
+from perfcast.serving.routers import models as models_routes
+from perfcast.serving.settings import Settings
 
 log = logging.getLogger("perfcast.serving")
 

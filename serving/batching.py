@@ -16,8 +16,8 @@ import asyncio
 import pandas as pd
 from starlette.concurrency import run_in_threadpool
 
-from serving.models import ServedModels
-from serving.settings import MAX_ROWS
+from perfcast.serving.models import ServedModels
+from perfcast.serving.settings import MAX_ROWS
 
 BATCHED_TASKS = ("scaling", "interference")
 

@@ -13,8 +13,8 @@ from rich.console import Console
 from rich.table import Table
 
 from perfcast.errors import PerfcastError
-from predictor.backend import TASKS
-from serving import schemas, service
+from perfcast.predictor.backend import TASKS
+from perfcast.serving import schemas, service
 
 app = typer.Typer()
 console = Console()
@@ -41,9 +41,9 @@ def serve(
     """
     import uvicorn
 
-    from serving.app import create_app
-    from serving.settings import Settings
-    from training.trainer import ensure_champions
+    from perfcast.serving.app import create_app
+    from perfcast.serving.settings import Settings
+    from perfcast.training.trainer import ensure_champions
 
     served = tuple(t.strip() for t in tasks.split(",") if t.strip())
     unknown = [t for t in served if t not in TASKS]
@@ -89,12 +89,12 @@ def _answer(
 ) -> BaseModel:
     """The service's answer: from a running server, or computed here with the champions."""
     if server:
-        from serving.client import PerfcastClient
+        from perfcast.serving.client import PerfcastClient
 
         with PerfcastClient(server) as client:
             body = getattr(client, endpoint)(request.model_dump(mode="json", exclude_none=True))
         return response.model_validate(body)
-    from serving.models import ServedModels
+    from perfcast.serving.models import ServedModels
 
     tasks = ("scaling", "interference") if endpoint == "place" else ("scaling",)
     with err_console.status("loading models ..."):

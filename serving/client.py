@@ -15,9 +15,9 @@ import httpx
 import pandas as pd
 
 from perfcast.errors import ContractError, PerfcastError
-from predictor.backend import TASK_TABLES, Task
-from serving.models import ModelUnavailableError
-from serving.settings import MAX_ROWS
+from perfcast.predictor.backend import TASK_TABLES, Task
+from perfcast.serving.models import ModelUnavailableError
+from perfcast.serving.settings import MAX_ROWS
 
 
 class ServiceError(PerfcastError):

@@ -7,10 +7,10 @@ from typing import Annotated
 
 from fastapi import Depends, Header, HTTPException, Request
 
-from serving.batching import PredictionBatcher
-from serving.metrics import ServiceMetrics
-from serving.models import ServedModels
-from serving.settings import Settings
+from perfcast.serving.batching import PredictionBatcher
+from perfcast.serving.metrics import ServiceMetrics
+from perfcast.serving.models import ServedModels
+from perfcast.serving.settings import Settings
 
 
 def get_settings(request: Request) -> Settings:

@@ -7,7 +7,7 @@ import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from serving.metrics import ServiceMetrics
+from perfcast.serving.metrics import ServiceMetrics
 
 
 class MetricsMiddleware:

@@ -9,9 +9,9 @@ from collections.abc import Callable
 import pandas as pd
 
 from perfcast.errors import PerfcastError
-from predictor.backend import Task
-from predictor.inprocess import InProcessBackend
-from serving.metrics import ServiceMetrics
+from perfcast.predictor.backend import Task
+from perfcast.serving.metrics import ServiceMetrics
+from perfcast.training.inprocess import InProcessBackend
 
 
 class ModelUnavailableError(PerfcastError):

@@ -19,7 +19,7 @@ from pydantic import (
     model_validator,
 )
 
-from serving.settings import MAX_ALLOCATION_CELLS, MAX_CANDIDATES, MAX_ROWS
+from perfcast.serving.settings import MAX_ALLOCATION_CELLS, MAX_CANDIDATES, MAX_ROWS
 
 Scalar = StrictStr | StrictBool | StrictInt | FiniteFloat | None
 Row = dict[str, Scalar]

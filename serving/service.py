@@ -10,11 +10,11 @@ import pandas as pd
 from starlette.concurrency import run_in_threadpool
 
 from perfcast.errors import PerfcastError
-from predictor.backend import TASK_TABLES, PredictionBackend
-from scheduler.optimizer import configs, elastic, placement
-from serving import schemas
-from serving.batching import PredictionBatcher
-from serving.models import ServedModels, missing_reason
+from perfcast.optimizer import configs, elastic, placement
+from perfcast.predictor.backend import TASK_TABLES, PredictionBackend
+from perfcast.serving import schemas
+from perfcast.serving.batching import PredictionBatcher
+from perfcast.serving.models import ServedModels, missing_reason
 
 
 def model_ref(models: ServedModels, task: str) -> schemas.ModelRef:

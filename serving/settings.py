@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass
 
 from perfcast.errors import PerfcastError
-from predictor.backend import TASKS
+from perfcast.predictor.backend import TASKS
 
 MAX_ROWS = 10_000  # rows per predict request
 MAX_CANDIDATES = 1_000_000  # configurations one recommend/allocate request may enumerate

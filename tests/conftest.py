@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from datasets.fetch import shared_data_available
+from perfcast.datasets.fetch import shared_data_available
 
 requires_data = pytest.mark.skipif(
     not shared_data_available(),

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-import datasets
+from perfcast import datasets
 from perfcast.cli import app
 from perfcast.errors import ContractError
 

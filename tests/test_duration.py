@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-import datasets
-from predictor import make_predictor
+from perfcast import datasets
+from perfcast.predictor import make_predictor
 
 
 def test_duration_intervals_cover_unseen_jobs() -> None:

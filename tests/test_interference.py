@@ -10,9 +10,9 @@ import pytest
 import torch
 from conftest import requires_data
 
-import datasets
-from predictor import make_predictor
-from training.splits import folds
+from perfcast import datasets
+from perfcast.datasets.splits import folds
+from perfcast.predictor import make_predictor
 
 pytestmark = requires_data
 torch.set_num_threads(1)

@@ -7,17 +7,17 @@ import threading
 import pytest
 import torch
 
-from scheduler.live.checkpoint import (
+from perfcast.scheduler.live.checkpoint import (
     CheckpointError,
     checkpoint_path,
     latest_checkpoint,
     load_checkpoint,
     save_checkpoint,
 )
-from scheduler.live.hook import TrainingHook
-from scheduler.live.spec import JobSpec, JobSpecError, load_job, parse_job
-from scheduler.live.store import JobStore, StoreError
-from scheduler.live.training import train
+from perfcast.scheduler.live.hook import TrainingHook
+from perfcast.scheduler.live.spec import JobSpec, JobSpecError, load_job, parse_job
+from perfcast.scheduler.live.store import JobStore, StoreError
+from perfcast.scheduler.live.training import train
 
 torch.set_num_threads(1)
 SPEC = JobSpec(name="tiny", iterations=40, batch_size=16, checkpoint_every=10)
@@ -116,7 +116,7 @@ def test_hook_suspend_resume_and_exit_restore_are_lossless(tmp_path):
     ref = hook.status.last_checkpoint
     assert ref["iteration"] == paused_at
 
-    from scheduler.live.checkpoint import CheckpointRef
+    from perfcast.scheduler.live.checkpoint import CheckpointRef
 
     second = TrainingHook("job", SPEC, checkpoint_dir=tmp_path, restore_from=CheckpointRef(**ref))
     train("job", SPEC, second)

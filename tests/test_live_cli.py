@@ -10,8 +10,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from scheduler.live.spec import JobSpecError
-from scheduler.live.trace import load_trace
+from perfcast.scheduler.live.spec import JobSpecError
+from perfcast.scheduler.live.trace import load_trace
 
 PERFCAST = str(Path(sys.executable).parent / "perfcast")
 

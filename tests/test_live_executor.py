@@ -9,15 +9,15 @@ import pytest
 import ray
 import torch
 
-from scheduler.core.decisions import Migrate, Run
-from scheduler.core.jobs import JobTable
-from scheduler.live.checkpoint import latest_checkpoint, load_checkpoint
-from scheduler.live.executor import Finished, RayExecutor
-from scheduler.live.hook import TrainingHook
-from scheduler.live.runner import core_job
-from scheduler.live.spec import JobSpec
-from scheduler.live.store import JobStore
-from scheduler.live.training import train
+from perfcast.scheduler.core.decisions import Migrate, Run
+from perfcast.scheduler.core.jobs import JobTable
+from perfcast.scheduler.live.checkpoint import latest_checkpoint, load_checkpoint
+from perfcast.scheduler.live.executor import Finished, RayExecutor
+from perfcast.scheduler.live.hook import TrainingHook
+from perfcast.scheduler.live.runner import core_job
+from perfcast.scheduler.live.spec import JobSpec
+from perfcast.scheduler.live.store import JobStore
+from perfcast.scheduler.live.training import train
 
 torch.set_num_threads(1)
 # wide enough that a step takes a few milliseconds, so commands land mid-run
@@ -199,8 +199,8 @@ def test_timesliced_jobs_take_turns_and_both_finish(executor):
 
 
 def test_runner_carries_out_operator_commands_through_the_core_loop(executor):
-    from scheduler.live.runner import LiveRunner
-    from scheduler.policies import make_policy
+    from perfcast.scheduler.live.runner import LiveRunner
+    from perfcast.scheduler.policies import make_policy
 
     runner = LiveRunner(executor, executor.store, make_policy("fifo"), round_s=0.05)
     runner.submit("op", SPEC.model_copy(update={"iterations": 1000, "min_step_time_s": 0.005}))

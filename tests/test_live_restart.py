@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import ray
 
-from scheduler.live.store import JobStore
+from perfcast.scheduler.live.store import JobStore
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -10,7 +10,7 @@ import pytest
 from test_optimizer_measured import MeasuredBackend, needs_data, scaling_table
 
 from perfcast.errors import PerfcastError
-from scheduler.optimizer.configs import (
+from perfcast.optimizer.configs import (
     GpuPool,
     NoFeasibleConfigError,
     Work,

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from test_optimizer_measured import needs_data, pollux_placements
 
 from perfcast.errors import PerfcastError
-from scheduler.optimizer.elastic import (
+from perfcast.optimizer.elastic import (
     ElasticJob,
     InfeasibleAllocationError,
     allocate,

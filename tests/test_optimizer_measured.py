@@ -19,8 +19,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from datasets.fetch import fetch, shared_data_available
-from predictor.backend import PredictionBackend
+from perfcast.datasets.fetch import fetch, shared_data_available
+from perfcast.predictor.backend import PredictionBackend
 
 POLLUX_MODELS = ("bert", "cifar10", "deepspeech2", "imagenet", "ncf", "yolov3")
 GAVEL_GPUS = ("k80", "p100", "v100")

@@ -8,7 +8,7 @@ import pytest
 from test_optimizer_measured import MeasuredBackend, gavel_pairs, needs_data, scaling_table
 
 from perfcast.errors import PerfcastError
-from scheduler.optimizer.placement import Node, PlacementJob, place
+from perfcast.optimizer.placement import Node, PlacementJob, place
 
 pytestmark = needs_data
 V100_MB = 16_000.0

@@ -9,11 +9,11 @@ import pandas as pd
 import pytest
 from conftest import requires_data
 
-import datasets
-from datasets.contract import SCHEMAS, _normalize_booleans, _passing_table, validate
-from features.scaling import ScalingFeatures
+from perfcast import datasets
+from perfcast.datasets.contract import SCHEMAS, _normalize_booleans, _passing_table, validate
 from perfcast.errors import ContractError
-from predictor.regressors import QuantileGBM
+from perfcast.features.scaling import ScalingFeatures
+from perfcast.predictor.regressors import QuantileGBM
 
 pytestmark = requires_data
 

@@ -9,9 +9,9 @@ import pytest
 import torch
 from conftest import requires_data
 
-import datasets
+from perfcast import datasets
 from perfcast.errors import ContractError
-from predictor import FAMILIES, make_predictor
+from perfcast.predictor import FAMILIES, make_predictor
 
 pytestmark = requires_data
 torch.set_num_threads(1)

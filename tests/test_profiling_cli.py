@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from datasets import read_table
-from features.cli import app
+from perfcast.datasets import read_table
 from perfcast.errors import PerfcastError
+from perfcast.features.cli import app
 
 runner = CliRunner()
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from datasets.contract import validate
-from features.profiling import query_plans
-from features.profiling.colocate import JobSpec, WindowSettings, colocate
+from perfcast.datasets.contract import validate
 from perfcast.errors import PerfcastError
+from perfcast.features.profiling import query_plans
+from perfcast.features.profiling.colocate import JobSpec, WindowSettings, colocate
 
 
 def test_colocated_tiny_models_write_valid_interference_rows() -> None:

@@ -8,9 +8,9 @@ import pytest
 import torch
 from torch import nn
 
-from datasets.contract import validate
-from features.profiling import dag, zoo
-from features.profiling.samples import graph_sample
+from perfcast.datasets.contract import validate
+from perfcast.features.profiling import dag, zoo
+from perfcast.features.profiling.samples import graph_sample
 
 
 class TwoLayerMLP(nn.Module):

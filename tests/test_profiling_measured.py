@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-import datasets
-from datasets.registry import registry
-from datasets.sources.measured import MEASURED_DIR
+from perfcast import datasets
+from perfcast.datasets.registry import registry
+from perfcast.datasets.sources.measured import MEASURED_DIR
 
 
 @pytest.fixture(autouse=True)

@@ -8,9 +8,9 @@ import math
 import pytest
 import torch
 
-from features.profiling import profile_step, zoo
-from features.profiling.counters import CounterSampler
-from features.profiling.memory import persistent_bytes
+from perfcast.features.profiling import profile_step, zoo
+from perfcast.features.profiling.counters import CounterSampler
+from perfcast.features.profiling.memory import persistent_bytes
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 

@@ -10,11 +10,11 @@ import pytest
 import torch
 from conftest import requires_data
 
-import datasets
-from features.devices import matrix_speedup
-from features.graphs import op_table, samples, with_roofline
-from predictor import make_predictor
-from predictor.runtime import OpLatencyModel
+from perfcast import datasets
+from perfcast.features.devices import matrix_speedup
+from perfcast.features.graphs import op_table, samples, with_roofline
+from perfcast.predictor import make_predictor
+from perfcast.predictor.runtime import OpLatencyModel
 
 pytestmark = requires_data
 torch.set_num_threads(1)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.core import (
+from perfcast.scheduler.core import (
     Allocation,
     ClusterSpec,
     ClusterState,
@@ -17,9 +17,9 @@ from scheduler.core import (
     Schedule,
     Suspend,
 )
-from scheduler.core.cluster import ClusterSpecError
-from scheduler.core.jobs import JobTable
-from scheduler.core.loop import ConsolidatedPlacement, apply_decision
+from perfcast.scheduler.core.cluster import ClusterSpecError
+from perfcast.scheduler.core.jobs import JobTable
+from perfcast.scheduler.core.loop import ConsolidatedPlacement, apply_decision
 
 
 def job(job_id: str, gpus: int = 1, submit: float = 0.0) -> Job:

@@ -7,16 +7,16 @@ import pandas as pd
 import pytest
 from test_simulator_engine import run, synthetic_workload
 
-from scheduler.core import ClusterSpec, ClusterState, Job, JobStatus, Migrate, Run
-from scheduler.core.jobs import JobTable
-from scheduler.core.loop import RoundContext, apply_decision
-from scheduler.core.predictions import JobPredictor
-from scheduler.optimizer.elastic import allocate_exhaustive
-from scheduler.policies import UnknownPolicyError, make_policy, policy_names
-from scheduler.policies.elastic import value
-from scheduler.policies.gandiva import salus_fits
-from scheduler.sim.engine import simulate
-from scheduler.sim.metrics import job_table
+from perfcast.optimizer.elastic import allocate_exhaustive
+from perfcast.scheduler.core import ClusterSpec, ClusterState, Job, JobStatus, Migrate, Run
+from perfcast.scheduler.core.jobs import JobTable
+from perfcast.scheduler.core.loop import RoundContext, apply_decision
+from perfcast.scheduler.core.predictions import JobPredictor
+from perfcast.scheduler.policies import UnknownPolicyError, make_policy, policy_names
+from perfcast.scheduler.policies.elastic import value
+from perfcast.scheduler.policies.gandiva import salus_fits
+from perfcast.scheduler.sim.engine import simulate
+from perfcast.scheduler.sim.metrics import job_table
 
 
 class TableBackend:
@@ -148,7 +148,7 @@ def test_elastic_never_exceeds_the_cluster_and_matches_brute_force(seed):
     best = allocate_exhaustive(elastic, 4)
     assert value(elastic, plan) == pytest.approx(value(elastic, best))
     policy.placement = None
-    from scheduler.core.loop import ConsolidatedPlacement
+    from perfcast.scheduler.core.loop import ConsolidatedPlacement
 
     ConsolidatedPlacement().place(schedule, ctx)
     assert cluster.used_gpus() <= 4
@@ -158,7 +158,7 @@ def test_elastic_does_not_resize_for_less_than_five_percent():
     cluster, jobs, predictor = elastic_setup(4, 2, 0)
     policy = make_policy("elastic")
     ctx = RoundContext(0.0, cluster, jobs, predictor)
-    from scheduler.core.loop import ConsolidatedPlacement
+    from perfcast.scheduler.core.loop import ConsolidatedPlacement
 
     ConsolidatedPlacement().place(policy.schedule(ctx), ctx)
     first = {s.job_id: s.num_gpus for s in jobs.running()}

@@ -26,18 +26,18 @@ import yaml
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
-import datasets
-from datasets.fetch import shared_data_available
+from perfcast import datasets
 from perfcast.cli import app as perfcast_cli
+from perfcast.datasets.fetch import shared_data_available
 from perfcast.errors import ContractError
-from predictor.backend import PredictionBackend
-from predictor.inprocess import InProcessBackend
-from scheduler.optimizer import configs, elastic
-from serving.app import create_app
-from serving.client import PerfcastClient, ServiceError
-from serving.models import ModelUnavailableError
-from serving.settings import Settings
-from training import model_store, trainer
+from perfcast.optimizer import configs, elastic
+from perfcast.predictor.backend import PredictionBackend
+from perfcast.serving.app import create_app
+from perfcast.serving.client import PerfcastClient, ServiceError
+from perfcast.serving.models import ModelUnavailableError
+from perfcast.serving.settings import Settings
+from perfcast.training import model_store, trainer
+from perfcast.training.inprocess import InProcessBackend
 
 pytestmark = pytest.mark.skipif(
     not shared_data_available(), reason="the public datasets are not available"
@@ -340,7 +340,7 @@ def test_an_unexpected_error_is_a_logged_500_with_an_error_id(caplog) -> None:
         def loaded(self) -> dict[str, object]:
             return {"scaling": self.champion}
 
-    from serving.models import ServedModels
+    from perfcast.serving.models import ServedModels
 
     models = ServedModels(("scaling",), backend_factory=OneBrokenChampion)
     models.reload()

@@ -16,11 +16,11 @@ import schemathesis
 from hypothesis import HealthCheck, given, settings
 from schemathesis.generation import GenerationMode
 
-from datasets.fetch import shared_data_available
-from serving import schemas
-from serving.app import create_app
-from serving.settings import Settings
-from training import model_store, trainer
+from perfcast.datasets.fetch import shared_data_available
+from perfcast.serving import schemas
+from perfcast.serving.app import create_app
+from perfcast.serving.settings import Settings
+from perfcast.training import model_store, trainer
 
 pytestmark = pytest.mark.skipif(
     not shared_data_available(), reason="the public datasets are not available"

@@ -6,15 +6,15 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from scheduler.core import ClusterSpec, ClusterState
-from scheduler.core.predictions import JobPredictor
-from scheduler.oracle import OracleBackend
-from scheduler.policies import make_policy
-from scheduler.sim.catalog import InterferenceCatalog, ScalingCatalog
-from scheduler.sim.costs import Costs
-from scheduler.sim.engine import simulate
-from scheduler.sim.metrics import job_table, summarize
-from scheduler.sim.workload import Workload, build_workload
+from perfcast.scheduler.core import ClusterSpec, ClusterState
+from perfcast.scheduler.core.predictions import JobPredictor
+from perfcast.scheduler.oracle import OracleBackend
+from perfcast.scheduler.policies import make_policy
+from perfcast.scheduler.sim.catalog import InterferenceCatalog, ScalingCatalog
+from perfcast.scheduler.sim.costs import Costs
+from perfcast.scheduler.sim.engine import simulate
+from perfcast.scheduler.sim.metrics import job_table, summarize
+from perfcast.scheduler.sim.workload import Workload, build_workload
 
 # synthetic job types: "fast" 1 s/step alone at local batch 32, scaling to 1.25 s on 2 GPUs
 # and 1.5 s on 4; "slow" 2 s/step at every size (no scaling penalty).

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-import datasets
-from datasets.fetch import shared_data_available
+from perfcast import datasets
+from perfcast.datasets.fetch import shared_data_available
 
 pytestmark = pytest.mark.skipif(
     not shared_data_available(), reason="the public datasets (../shared/datasets) are not here"

@@ -8,9 +8,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-import datasets
-from datasets import fetch as fetch_module
-from datasets.fetch import shared_data_available
+from perfcast import datasets
+from perfcast.datasets import fetch as fetch_module
+from perfcast.datasets.fetch import shared_data_available
 from perfcast.errors import ChecksumError
 
 pytestmark = pytest.mark.skipif(

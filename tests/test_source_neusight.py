@@ -10,9 +10,9 @@ import math
 import pandas as pd
 import pytest
 
-import datasets
-from datasets.fetch import fetch, shared_data_available
-from datasets.io import read_table
+from perfcast import datasets
+from perfcast.datasets.fetch import fetch, shared_data_available
+from perfcast.datasets.io import read_table
 from perfcast.errors import ContractError
 
 pytestmark = pytest.mark.skipif(
@@ -123,7 +123,7 @@ def test_op_kinds_cover_every_node(graphs: pd.DataFrame) -> None:
     assert "other" not in set(graphs["op"])
     # imported here, not at collection: importing one source module before the registry has
     # discovered them all would leave the registry holding only that module's datasets
-    neusight = importlib.import_module("datasets.sources.neusight")
+    neusight = importlib.import_module("perfcast.datasets.sources.neusight")
     assert neusight.op_kind("call_module", "bert.encoder.layer.0.output.LayerNorm", True) == (
         "layernorm"
     )

@@ -11,7 +11,7 @@ from mlflow.tracking import MlflowClient
 from typer.testing import CliRunner
 
 from perfcast.cli import app
-from training import model_store
+from perfcast.training import model_store
 
 pytestmark = requires_data
 runner = CliRunner()
@@ -59,7 +59,7 @@ def test_train_registers_and_champion_moves_only_on_a_win() -> None:
 
 
 def test_evaluate_prints_the_metrics_json(tmp_path) -> None:
-    import datasets
+    from perfcast import datasets
 
     rows = datasets.load("gavel-scaling")
     train, test = tmp_path / "train.csv", tmp_path / "test.csv"
@@ -124,8 +124,8 @@ def test_runtime_trains_on_profiled_cpu_graphs_once_the_device_specs_are_given(t
     """The zoo graphs profiled on this CPU: the CPU is not in the datasheet table, so training
     is refused with a reason naming the device until the rows carry its specs; then the model
     trains and registers although the input example's `seq_len` is missing (nullable int)."""
-    import datasets
-    from datasets.io import write_table
+    from perfcast import datasets
+    from perfcast.datasets.io import write_table
 
     rows = datasets.load("measured-cpu-zoo-graphs")
     plain = tmp_path / "cpu-graphs.parquet"

@@ -8,11 +8,11 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from predictor import FAMILIES, TASKS
-from predictor.backend import TASK_TABLES
-from training import trainer
-from training.evaluation import choose_family, cross_validate, fit_and_score
-from training.splits import SPLITS
+from perfcast.datasets.splits import SPLITS
+from perfcast.predictor import FAMILIES, TASKS
+from perfcast.predictor.backend import TASK_TABLES
+from perfcast.training import trainer
+from perfcast.training.evaluation import choose_family, cross_validate, fit_and_score
 
 app = typer.Typer()
 console = Console(stderr=True)

@@ -7,10 +7,10 @@ import time
 import numpy as np
 import pandas as pd
 
-from features.graphs import samples
-from predictor import FAMILIES, TaskPredictor, make_predictor
-from training.metrics import regression_metrics
-from training.splits import folds
+from perfcast.datasets.splits import folds
+from perfcast.features.graphs import samples
+from perfcast.predictor import FAMILIES, TaskPredictor, make_predictor
+from perfcast.training.metrics import regression_metrics
 
 # the split `--model auto` validates on inside the training data, per table kind
 AUTO_SPLIT = {"scaling": "random", "interference": "random", "graph": "random", "trace": "random"}

@@ -20,7 +20,7 @@ from mlflow.tracking import MlflowClient
 
 from perfcast.errors import PerfcastError
 from perfcast.paths import state_dir
-from predictor.base import MODEL_FORMAT, TaskPredictor
+from perfcast.predictor.base import MODEL_FORMAT, TaskPredictor
 
 EXPERIMENT = "perfcast"
 CHAMPION = "champion"

@@ -13,13 +13,13 @@ import mlflow
 import pandas as pd
 from mlflow.models import infer_signature
 
-import datasets
+from perfcast import datasets
+from perfcast.datasets.splits import folds
 from perfcast.errors import PerfcastError
-from predictor.backend import TASK_TABLES
-from predictor.base import MODEL_FORMAT
-from training import model_store
-from training.evaluation import choose_family, fit_and_score, score
-from training.splits import folds
+from perfcast.predictor.backend import TASK_TABLES
+from perfcast.predictor.base import MODEL_FORMAT
+from perfcast.training import model_store
+from perfcast.training.evaluation import choose_family, fit_and_score, score
 
 # what `perfcast serve` trains when a task has no champion (shipped public data)
 DEFAULT_DATA = {

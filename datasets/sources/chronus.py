@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from datasets.fetch import entries, fetch
-from datasets.registry import dataset
+from perfcast.datasets.fetch import entries, fetch
+from perfcast.datasets.registry import dataset
 
 TRACE_DIR = "chronus/data/exp/"
 

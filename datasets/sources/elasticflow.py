@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from datasets.fetch import entries, fetch
-from datasets.registry import dataset
+from perfcast.datasets.fetch import entries, fetch
+from perfcast.datasets.registry import dataset
 
 TRACE_DIR = "elasticflow/raw-traces/"
 

@@ -52,8 +52,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from datasets.fetch import entries, fetch
-from datasets.registry import dataset
+from perfcast.datasets.fetch import entries, fetch
+from perfcast.datasets.registry import dataset
 from perfcast.errors import PerfcastError
 
 log = logging.getLogger(__name__)

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from datasets.io import read_table
-from datasets.registry import Loader, dataset
+from perfcast.datasets.io import read_table
+from perfcast.datasets.registry import Loader, dataset
 from perfcast.errors import ContractError
 
 MEASURED_DIR = Path(__file__).resolve().parent.parent / "measured"

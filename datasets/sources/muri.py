@@ -26,8 +26,8 @@ import math
 
 import pandas as pd
 
-from datasets.fetch import entries, fetch
-from datasets.registry import dataset
+from perfcast.datasets.fetch import entries, fetch
+from perfcast.datasets.registry import dataset
 
 S_PER_MS = 1e-3
 GPUS_PER_NODE = 8  # simulator/cluster_spec/n8g8.csv: num_gpu_p_node = 8

@@ -34,8 +34,8 @@ import numpy as np
 import pandas as pd
 from scipy.interpolate import LinearNDInterpolator
 
-from datasets.fetch import entries, fetch
-from datasets.registry import dataset
+from perfcast.datasets.fetch import entries, fetch
+from perfcast.datasets.registry import dataset
 from perfcast.errors import PerfcastError
 
 log = logging.getLogger(__name__)

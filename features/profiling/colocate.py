@@ -18,17 +18,17 @@ from typing import Any
 import pandas as pd
 import torch
 
-from features.profiling import zoo
-from features.profiling.counters import CounterSampler
-from features.profiling.memory import MB
-from features.profiling.step_profiler import (
+from perfcast.errors import PerfcastError
+from perfcast.features.profiling import zoo
+from perfcast.features.profiling.counters import CounterSampler
+from perfcast.features.profiling.memory import MB
+from perfcast.features.profiling.step_profiler import (
     device_name,
     measure_memory,
     resolve_device,
     to_device,
     train_step,
 )
-from perfcast.errors import PerfcastError
 
 
 @dataclass(frozen=True)

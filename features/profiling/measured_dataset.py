@@ -21,16 +21,16 @@ import pandas as pd
 import torch
 from rich.progress import Progress
 
-from datasets.io import write_table
-from features.profiling import query_plans, zoo
-from features.profiling.colocate import JobSpec, WindowSettings, colocate
-from features.profiling.samples import (
+from perfcast.datasets.io import write_table
+from perfcast.features.profiling import query_plans, zoo
+from perfcast.features.profiling.colocate import JobSpec, WindowSettings, colocate
+from perfcast.features.profiling.samples import (
     forward_gflops_per_sample,
     graph_sample,
     profile_zoo,
     scaling_row,
 )
-from features.profiling.step_profiler import device_name, resolve_device
+from perfcast.features.profiling.step_profiler import device_name, resolve_device
 
 # (zoo spec, batch sizes): small enough that the whole dataset takes minutes on 2 CPU cores
 ZOO_PLAN: list[tuple[zoo.ZooSpec, tuple[int, ...]]] = [

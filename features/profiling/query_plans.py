@@ -20,8 +20,8 @@ from typing import Any
 import duckdb
 import pandas as pd
 
-from features.profiling.tpch_queries import QUERIES
 from perfcast.errors import PerfcastError
+from perfcast.features.profiling.tpch_queries import QUERIES
 from perfcast.paths import state_dir
 
 TABLES = ("region", "nation", "supplier", "customer", "part", "partsupp", "orders", "lineitem")

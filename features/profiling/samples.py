@@ -13,8 +13,8 @@ import pandas as pd
 import psutil
 import torch
 
-from features.profiling import dag, zoo
-from features.profiling.step_profiler import (
+from perfcast.features.profiling import dag, zoo
+from perfcast.features.profiling.step_profiler import (
     StepProfile,
     device_name,
     profile_step,

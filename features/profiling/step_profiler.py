@@ -20,15 +20,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from features.profiling.counters import CounterSampler, CounterSummary
-from features.profiling.memory import (
+from perfcast.errors import PerfcastError
+from perfcast.features.profiling.counters import CounterSampler, CounterSummary
+from perfcast.features.profiling.memory import (
     MB,
     parameter_count,
     persistent_bytes,
     rss_bytes,
     saved_activation_bytes,
 )
-from perfcast.errors import PerfcastError
 
 Batch = tuple[Tensor | tuple[Tensor, ...], Tensor]
 LossFn = Callable[[Tensor, Tensor], Tensor]

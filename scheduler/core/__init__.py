@@ -1,11 +1,11 @@
 """The scheduler core: cluster and job state, decisions, the three-step loop and the executor
 protocol. Simulated and real clusters share all of it; only the executor differs."""
 
-from scheduler.core.cluster import ClusterSpec, ClusterState, GpuSlot, NodeGroup
-from scheduler.core.decisions import Decision, Migrate, Resize, Run, Suspend
-from scheduler.core.executor import Executor
-from scheduler.core.jobs import Job, JobState, JobStatus, JobTable
-from scheduler.core.loop import (
+from perfcast.scheduler.core.cluster import ClusterSpec, ClusterState, GpuSlot, NodeGroup
+from perfcast.scheduler.core.decisions import Decision, Migrate, Resize, Run, Suspend
+from perfcast.scheduler.core.executor import Executor
+from perfcast.scheduler.core.jobs import Job, JobState, JobStatus, JobTable
+from perfcast.scheduler.core.loop import (
     AdmissionControl,
     Allocation,
     JobPlacement,

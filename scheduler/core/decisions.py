@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from scheduler.core.cluster import GpuSlot
-from scheduler.core.jobs import Share
+from perfcast.scheduler.core.cluster import GpuSlot
+from perfcast.scheduler.core.jobs import Share
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
-from scheduler.core.decisions import Decision
-from scheduler.core.jobs import JobTable
+from perfcast.scheduler.core.decisions import Decision
+from perfcast.scheduler.core.jobs import JobTable
 
 
 @runtime_checkable

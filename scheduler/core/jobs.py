@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Literal
 
-from scheduler.core.cluster import GpuSlot
+from perfcast.scheduler.core.cluster import GpuSlot
 
 Share = Literal["exclusive", "pack", "timeslice"]
 

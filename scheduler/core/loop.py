@@ -11,13 +11,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from scheduler.core.cluster import ClusterState, GpuSlot
-from scheduler.core.decisions import Decision, Migrate, Resize, Run, Suspend
-from scheduler.core.executor import Executor
-from scheduler.core.jobs import Job, JobState, JobStatus, JobTable, Share
+from perfcast.scheduler.core.cluster import ClusterState, GpuSlot
+from perfcast.scheduler.core.decisions import Decision, Migrate, Resize, Run, Suspend
+from perfcast.scheduler.core.executor import Executor
+from perfcast.scheduler.core.jobs import Job, JobState, JobStatus, JobTable, Share
 
 if TYPE_CHECKING:
-    from scheduler.core.predictions import JobPredictor
+    from perfcast.scheduler.core.predictions import JobPredictor
 
 
 @dataclass(frozen=True, slots=True)

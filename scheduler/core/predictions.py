@@ -12,8 +12,8 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from predictor.backend import PredictionBackend
-from scheduler.core.jobs import Job
+from perfcast.predictor.backend import PredictionBackend
+from perfcast.scheduler.core.jobs import Job
 
 # (job type, gpu type, num_nodes, num_gpus, local batch size)
 ScalingKey = tuple[str, str, int, int, int]

@@ -25,9 +25,9 @@ from rich.table import Table
 
 from perfcast.errors import PerfcastError
 from perfcast.paths import state_dir
-from scheduler.live.spec import JobSpec, load_job
-from scheduler.live.store import JobStore, StoreError
-from scheduler.live.trace import load_trace
+from perfcast.scheduler.live.spec import JobSpec, load_job
+from perfcast.scheduler.live.store import JobStore, StoreError
+from perfcast.scheduler.live.trace import load_trace
 
 app = typer.Typer(no_args_is_help=True, add_completion=False)
 cluster_app = typer.Typer(
@@ -70,7 +70,7 @@ def _connect(state: Path | None, address: str | None, num_gpus: int = 4) -> None
     """Connect to the cluster (given or recorded), else start a local one for this process."""
     import ray
 
-    from scheduler.live.executor import NAMESPACE
+    from perfcast.scheduler.live.executor import NAMESPACE
 
     address = address or _recorded_address(state)
     try:
@@ -147,7 +147,7 @@ def cluster_down(state: StateOpt = None) -> None:
 @cluster_app.command("status")
 def cluster_status(address: AddressOpt = None, state: StateOpt = None) -> None:
     """Nodes, GPUs and job counts."""
-    from scheduler.live.executor import gpu_nodes
+    from perfcast.scheduler.live.executor import gpu_nodes
 
     _connect(state, address)
     table = Table("core node", "Ray node", "address", "GPUs", "CPUs")
@@ -173,7 +173,7 @@ def submit(
     state: StateOpt = None,
 ) -> None:
     """Queue a job; the running scheduler (`perfcast run-trace`) starts it."""
-    from scheduler.live.runner import clock_now
+    from perfcast.scheduler.live.runner import clock_now
 
     spec = load_job(job_file)
     store = _store(state)
@@ -317,9 +317,9 @@ def run_trace(
     run again and running ones are taken over."""
     import ray
 
-    from scheduler.live.executor import RayExecutor
-    from scheduler.live.runner import LiveRunner
-    from scheduler.policies import make_policy
+    from perfcast.scheduler.live.executor import RayExecutor
+    from perfcast.scheduler.live.runner import LiveRunner
+    from perfcast.scheduler.policies import make_policy
 
     entries = load_trace(trace, time_scale=time_scale, step_s=step_s)
     chosen = make_policy(policy)

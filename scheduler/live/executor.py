@@ -32,13 +32,13 @@ from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from perfcast.errors import PerfcastError
-from scheduler.core.cluster import ClusterSpec, GpuSlot, NodeGroup
-from scheduler.core.decisions import Decision, Migrate, Resize, Run, Suspend
-from scheduler.core.jobs import JobTable
-from scheduler.live.checkpoint import CheckpointRef, latest_checkpoint
-from scheduler.live.spec import JobSpec
-from scheduler.live.store import JobStore
-from scheduler.live.worker import Assignment, TrainingWorker
+from perfcast.scheduler.core.cluster import ClusterSpec, GpuSlot, NodeGroup
+from perfcast.scheduler.core.decisions import Decision, Migrate, Resize, Run, Suspend
+from perfcast.scheduler.core.jobs import JobTable
+from perfcast.scheduler.live.checkpoint import CheckpointRef, latest_checkpoint
+from perfcast.scheduler.live.spec import JobSpec
+from perfcast.scheduler.live.store import JobStore
+from perfcast.scheduler.live.worker import Assignment, TrainingWorker
 
 NAMESPACE = "perfcast"
 _RPC_TIMEOUT_S = 120.0

@@ -31,13 +31,13 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from scheduler.live.checkpoint import (
+from perfcast.scheduler.live.checkpoint import (
     CheckpointRef,
     checkpoint_path,
     load_checkpoint,
     save_checkpoint,
 )
-from scheduler.live.spec import JobSpec
+from perfcast.scheduler.live.spec import JobSpec
 
 _KEEP_CHECKPOINTS = 2
 _HAND_OVER_TIMEOUT_S = 120.0

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from scheduler.live.spec import JobSpec
+from perfcast.scheduler.live.spec import JobSpec
 
 _IMAGE_SIDE = 8  # cnn inputs are 3 x 8 x 8
 

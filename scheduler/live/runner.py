@@ -17,13 +17,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from perfcast.errors import PerfcastError
-from scheduler.core.cluster import ClusterState
-from scheduler.core.decisions import Decision, Migrate, Resize, Run, Suspend
-from scheduler.core.jobs import Job, JobStatus
-from scheduler.core.loop import SchedulingLoop, SchedulingPolicy, apply_decision
-from scheduler.live.executor import Finished, Lost, Progress, RayExecutor, cluster_spec_from_ray
-from scheduler.live.spec import JobSpec
-from scheduler.live.store import JobStore
+from perfcast.scheduler.core.cluster import ClusterState
+from perfcast.scheduler.core.decisions import Decision, Migrate, Resize, Run, Suspend
+from perfcast.scheduler.core.jobs import Job, JobStatus
+from perfcast.scheduler.core.loop import SchedulingLoop, SchedulingPolicy, apply_decision
+from perfcast.scheduler.live.executor import (
+    Finished,
+    Lost,
+    Progress,
+    RayExecutor,
+    cluster_spec_from_ray,
+)
+from perfcast.scheduler.live.spec import JobSpec
+from perfcast.scheduler.live.store import JobStore
 
 _CLOCK_KEY = "clock_start_unix"
 

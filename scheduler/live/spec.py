@@ -41,7 +41,7 @@ class JobSpec(BaseModel):
     )
     submit_time_s: float = Field(default=0.0, ge=0)
     entrypoint: str = Field(
-        default="scheduler.live.training:train",
+        default="perfcast.scheduler.live.training:train",
         pattern=r"^[\w.]+:\w+$",
         description="the training loop, `module:function(job_id, spec, hook)`",
     )

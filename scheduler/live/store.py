@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from perfcast.errors import PerfcastError
-from scheduler.live.checkpoint import CheckpointRef
+from perfcast.scheduler.live.checkpoint import CheckpointRef
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);

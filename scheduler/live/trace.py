@@ -12,8 +12,8 @@ from pathlib import Path
 
 import yaml
 
-from datasets.io import read_table
-from scheduler.live.spec import JobSpec, JobSpecError, parse_job
+from perfcast.datasets.io import read_table
+from perfcast.scheduler.live.spec import JobSpec, JobSpecError, parse_job
 
 BATCH_PER_GPU = 32
 

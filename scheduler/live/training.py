@@ -10,9 +10,9 @@ import torch
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
-from scheduler.live.hook import TrainingHook
-from scheduler.live.models import build_model, synthetic_batch
-from scheduler.live.spec import JobSpec
+from perfcast.scheduler.live.hook import TrainingHook
+from perfcast.scheduler.live.models import build_model, synthetic_batch
+from perfcast.scheduler.live.spec import JobSpec
 
 
 def train(job_id: str, spec: JobSpec, hook: TrainingHook) -> None:

@@ -22,9 +22,9 @@ import ray
 import torch
 import torch.distributed as dist
 
-from scheduler.live.checkpoint import CheckpointRef
-from scheduler.live.hook import HookStatus, TrainingHook
-from scheduler.live.spec import JobSpec
+from perfcast.scheduler.live.checkpoint import CheckpointRef
+from perfcast.scheduler.live.hook import HookStatus, TrainingHook
+from perfcast.scheduler.live.spec import JobSpec
 
 PROCESS_GROUP_TIMEOUT = datetime.timedelta(seconds=60)
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from perfcast.errors import PerfcastError
-from scheduler.core.loop import SchedulingPolicy
+from perfcast.scheduler.core.loop import SchedulingPolicy
 
 _POLICIES: dict[str, type] = {}
 T = TypeVar("T", bound=type)

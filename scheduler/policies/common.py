@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 
-from scheduler.core.jobs import JobState
-from scheduler.core.loop import Allocation, RoundContext, Schedule
+from perfcast.scheduler.core.jobs import JobState
+from perfcast.scheduler.core.loop import Allocation, RoundContext, Schedule
 
 
 def greedy_fill(ordered: Iterable[JobState], capacity: int) -> list[Allocation]:

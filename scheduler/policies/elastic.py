@@ -17,11 +17,11 @@ from __future__ import annotations
 from collections import Counter
 
 from perfcast.errors import PerfcastError
-from scheduler.core.jobs import JobState
-from scheduler.core.loop import Allocation, RoundContext
-from scheduler.core.predictions import ScalingKey
-from scheduler.optimizer.elastic import ElasticJob, allocate
-from scheduler.policies import register
+from perfcast.optimizer.elastic import ElasticJob, allocate
+from perfcast.scheduler.core.jobs import JobState
+from perfcast.scheduler.core.loop import Allocation, RoundContext
+from perfcast.scheduler.core.predictions import ScalingKey
+from perfcast.scheduler.policies import register
 
 
 def gpu_options(state: JobState, total_gpus: int) -> list[int]:

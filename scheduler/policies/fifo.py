@@ -4,8 +4,8 @@ preempts."""
 
 from __future__ import annotations
 
-from scheduler.core.loop import Allocation, RoundContext, Schedule
-from scheduler.policies import register
+from perfcast.scheduler.core.loop import Allocation, RoundContext, Schedule
+from perfcast.scheduler.policies import register
 
 
 @register("fifo")

@@ -18,11 +18,11 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Sequence
 
-from scheduler.core.cluster import GpuSlot
-from scheduler.core.decisions import Migrate
-from scheduler.core.jobs import JobState, JobStatus
-from scheduler.core.loop import Allocation, ConsolidatedPlacement, RoundContext, Schedule
-from scheduler.policies import register
+from perfcast.scheduler.core.cluster import GpuSlot
+from perfcast.scheduler.core.decisions import Migrate
+from perfcast.scheduler.core.jobs import JobState, JobStatus
+from perfcast.scheduler.core.loop import Allocation, ConsolidatedPlacement, RoundContext, Schedule
+from perfcast.scheduler.policies import register
 
 # GPU memory (MB) of the GPU types in the shipped data (vendor specifications).
 GPU_MEMORY_MB = {

@@ -22,9 +22,9 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from perfcast.errors import PerfcastError
-from scheduler.core.jobs import JobState, JobStatus
-from scheduler.core.loop import Allocation, RoundContext, Schedule
-from scheduler.policies import register
+from perfcast.scheduler.core.jobs import JobState, JobStatus
+from perfcast.scheduler.core.loop import Allocation, RoundContext, Schedule
+from perfcast.scheduler.policies import register
 
 
 def metric_at(state: JobState, progress: float) -> float:

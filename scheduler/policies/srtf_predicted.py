@@ -16,10 +16,10 @@ from collections.abc import Sequence
 import numpy as np
 
 from perfcast.errors import PerfcastError
-from scheduler.core.jobs import JobState
-from scheduler.core.loop import RoundContext, Schedule
-from scheduler.policies import register
-from scheduler.policies.common import priority_schedule
+from perfcast.scheduler.core.jobs import JobState
+from perfcast.scheduler.core.loop import RoundContext, Schedule
+from perfcast.scheduler.policies import register
+from perfcast.scheduler.policies.common import priority_schedule
 
 
 @register("srtf-predicted")

@@ -12,10 +12,10 @@ from __future__ import annotations
 import bisect
 from collections.abc import Sequence
 
-from scheduler.core.jobs import JobState
-from scheduler.core.loop import RoundContext, Schedule
-from scheduler.policies import register
-from scheduler.policies.common import priority_schedule
+from perfcast.scheduler.core.jobs import JobState
+from perfcast.scheduler.core.loop import RoundContext, Schedule
+from perfcast.scheduler.policies import register
+from perfcast.scheduler.policies.common import priority_schedule
 
 # Queue limits in GPU-seconds: 1 GPU-hour and 10 GPU-hours.
 DEFAULT_THRESHOLDS = (3600.0, 36000.0)

@@ -19,13 +19,13 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from scheduler.core.cluster import ClusterSpec, ClusterState, GpuSlot
-from scheduler.core.decisions import Decision, Resize, Run, Suspend
-from scheduler.core.jobs import JobState, JobTable
-from scheduler.core.loop import SchedulingLoop, SchedulingPolicy
-from scheduler.core.predictions import JobPredictor
-from scheduler.sim.costs import Costs
-from scheduler.sim.workload import Workload
+from perfcast.scheduler.core.cluster import ClusterSpec, ClusterState, GpuSlot
+from perfcast.scheduler.core.decisions import Decision, Resize, Run, Suspend
+from perfcast.scheduler.core.jobs import JobState, JobTable
+from perfcast.scheduler.core.loop import SchedulingLoop, SchedulingPolicy
+from perfcast.scheduler.core.predictions import JobPredictor
+from perfcast.scheduler.sim.costs import Costs
+from perfcast.scheduler.sim.workload import Workload
 
 _EPS = 1e-9
 

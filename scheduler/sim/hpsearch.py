@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from scheduler.core.cluster import ClusterState
-from scheduler.core.jobs import Job
-from scheduler.sim.catalog import InterferenceCatalog, ScalingCatalog
-from scheduler.sim.workload import Workload
+from perfcast.scheduler.core.cluster import ClusterState
+from perfcast.scheduler.core.jobs import Job
+from perfcast.scheduler.sim.catalog import InterferenceCatalog, ScalingCatalog
+from perfcast.scheduler.sim.workload import Workload
 
 NAME = "synthetic-hpsearch"
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from scheduler.core.jobs import JobStatus
-from scheduler.policies.hypersched import metric_at
-from scheduler.sim.engine import SimResult
+from perfcast.scheduler.core.jobs import JobStatus
+from perfcast.scheduler.policies.hypersched import metric_at
+from perfcast.scheduler.sim.engine import SimResult
 
 
 def job_table(result: SimResult) -> pd.DataFrame:

@@ -9,16 +9,16 @@ from pathlib import Path
 
 import pandas as pd
 
-from datasets.io import write_table
-from scheduler.backends import make_backend
-from scheduler.core.cluster import ClusterSpec, ClusterState
-from scheduler.core.predictions import JobPredictor
-from scheduler.policies import make_policy
-from scheduler.sim import hpsearch
-from scheduler.sim.costs import Costs
-from scheduler.sim.engine import ProgressCallback, SimResult, simulate
-from scheduler.sim.metrics import job_table, plot_jct_cdf, summarize
-from scheduler.sim.workload import Workload, build_workload, load_catalogs, read_trace
+from perfcast.datasets.io import write_table
+from perfcast.scheduler.backends import make_backend
+from perfcast.scheduler.core.cluster import ClusterSpec, ClusterState
+from perfcast.scheduler.core.predictions import JobPredictor
+from perfcast.scheduler.policies import make_policy
+from perfcast.scheduler.sim import hpsearch
+from perfcast.scheduler.sim.costs import Costs
+from perfcast.scheduler.sim.engine import ProgressCallback, SimResult, simulate
+from perfcast.scheduler.sim.metrics import job_table, plot_jct_cdf, summarize
+from perfcast.scheduler.sim.workload import Workload, build_workload, load_catalogs, read_trace
 
 
 @dataclass

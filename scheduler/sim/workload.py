@@ -23,13 +23,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from datasets.contract import validate
-from datasets.io import read_table
-from datasets.registry import load, registry
+from perfcast.datasets.contract import validate
+from perfcast.datasets.io import read_table
+from perfcast.datasets.registry import load, registry
 from perfcast.errors import PerfcastError
-from scheduler.core.cluster import ClusterState
-from scheduler.core.jobs import Job
-from scheduler.sim.catalog import InterferenceCatalog, ScalingCatalog
+from perfcast.scheduler.core.cluster import ClusterState
+from perfcast.scheduler.core.jobs import Job
+from perfcast.scheduler.sim.catalog import InterferenceCatalog, ScalingCatalog
 
 SCALING_DATASETS = ("muri-scaling", "pollux-scaling", "gavel-scaling", "chronus-scaling")
 INTERFERENCE_DATASETS = ("gavel-interference",)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from serving import service
-from serving.dependencies import Models
-from serving.schemas import (
+from perfcast.serving import service
+from perfcast.serving.dependencies import Models
+from perfcast.serving.schemas import (
     AllocateRequest,
     AllocateResponse,
     PlaceRequest,

@@ -8,9 +8,9 @@ from fastapi import APIRouter, Depends, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from serving.dependencies import Models, get_metrics
-from serving.metrics import ServiceMetrics
-from serving.schemas import Health, Readiness
+from perfcast.serving.dependencies import Models, get_metrics
+from perfcast.serving.metrics import ServiceMetrics
+from perfcast.serving.schemas import Health, Readiness
 
 router = APIRouter(tags=["health"])
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends
 from starlette.concurrency import run_in_threadpool
 
-from serving import service
-from serving.dependencies import Models, require_api_key
-from serving.schemas import ModelsResponse
+from perfcast.serving import service
+from perfcast.serving.dependencies import Models, require_api_key
+from perfcast.serving.schemas import ModelsResponse
 
 router = APIRouter(prefix="/v1/models", tags=["models"])
 

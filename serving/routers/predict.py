@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from predictor.backend import Task
-from serving import service
-from serving.dependencies import Batcher, Models
-from serving.schemas import PredictRequest, PredictResponse
+from perfcast.predictor.backend import Task
+from perfcast.serving import service
+from perfcast.serving.dependencies import Batcher, Models
+from perfcast.serving.schemas import PredictRequest, PredictResponse
 
 router = APIRouter(prefix="/v1/predict", tags=["predict"])
 

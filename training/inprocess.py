@@ -7,7 +7,7 @@ import threading
 import pandas as pd
 
 from perfcast.errors import PerfcastError
-from predictor.backend import TASKS, Task
+from perfcast.predictor.backend import TASKS, Task
 
 
 class InProcessBackend:
@@ -22,7 +22,7 @@ class InProcessBackend:
         self._lock = threading.Lock()
 
     def _champion(self, task: str):
-        from training.model_store import require_champion
+        from perfcast.training.model_store import require_champion
 
         if task not in self.tasks:
             raise PerfcastError(

@@ -24,7 +24,7 @@ import pandas as pd
 from pandas.api.types import union_categoricals
 
 from perfcast.errors import PerfcastError
-from predictor.backend import PredictionBackend
+from perfcast.predictor.backend import PredictionBackend
 
 Objective = Literal["min_time", "min_cost", "max_throughput_per_gpu"]
 OBJECTIVES: tuple[Objective, ...] = ("min_time", "min_cost", "max_throughput_per_gpu")

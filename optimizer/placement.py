@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from perfcast.errors import PerfcastError
-from predictor.backend import PredictionBackend
+from perfcast.predictor.backend import PredictionBackend
 
 
 @dataclass(frozen=True)
