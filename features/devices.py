@@ -39,6 +39,7 @@ DEVICES: dict[str, DeviceSpec] = {
     "p100": DeviceSpec(9.3, 732.0, 16.0, 56, 4.0),
     "t4": DeviceSpec(8.1, 320.0, 16.0, 40, 4.0),
     "v100": DeviceSpec(14.0, 900.0, 32.0, 80, 6.0),
+    "rtx2080ti": DeviceSpec(13.4, 616.0, 11.0, 68, 5.5),
     "rtx6000": DeviceSpec(16.3, 672.0, 24.0, 72, 6.0),
     "a40": DeviceSpec(37.4, 696.0, 48.0, 84, 6.0),
     "l4": DeviceSpec(30.3, 300.0, 24.0, 58, 48.0),
@@ -63,6 +64,7 @@ _PATTERNS: list[tuple[str, str]] = [
     (r"\bt4\b|_t4$|^t4", "t4"),
     (r"\bp4\b|_p4$|^p4", "p4"),
     (r"rtx.?6000", "rtx6000"),
+    (r"2080.?ti", "rtx2080ti"),
     (r"a40", "a40"),
     (r"\bl4\b|_l4$|^l4", "l4"),
 ]
