@@ -24,6 +24,7 @@ import pandas as pd
 from pandas.api.types import union_categoricals
 
 from perfcast.errors import PerfcastError
+from perfcast.optimizer.spread import even_placement
 from perfcast.predictor.backend import PredictionBackend
 
 Objective = Literal["min_time", "min_cost", "max_throughput_per_gpu"]
@@ -116,6 +117,23 @@ def enumerate_candidates(
     return candidates
 
 
+def candidate_count(
+    pools: Sequence[GpuPool], local_batch_sizes: Sequence[int], gpu_counts: Sequence[int] | None
+) -> int:
+    """How many rows `enumerate_candidates` makes, worked out without making them (a request
+    is refused on this before any work)."""
+    sizes = len(set(local_batch_sizes))
+    total = 0
+    for pool in pools:
+        per_node, nodes = pool.gpus_per_node, pool.nodes
+        if gpu_counts is None:  # every g with k <= g <= k * per_node, for k = 1..nodes
+            total += (per_node - 1) * nodes * (nodes + 1) // 2 + nodes
+            continue
+        for g in {1, *gpu_counts}:  # node counts from the fewest that hold g to g itself
+            total += max(0, min(g, nodes) - math.ceil(g / per_node) + 1)
+    return total * sizes
+
+
 def _pool_candidates(pool: GpuPool, sizes: np.ndarray, wanted: np.ndarray | None) -> pd.DataFrame:
     per_node, total = pool.gpus_per_node, pool.gpus_per_node * pool.nodes
     counts = np.arange(1, total + 1) if wanted is None else np.union1d([1], wanted)
@@ -124,7 +142,7 @@ def _pool_candidates(pool: GpuPool, sizes: np.ndarray, wanted: np.ndarray | None
     gpus, spread = (a.ravel() for a in np.meshgrid(counts, nodes, indexing="ij"))
     fits = (spread <= gpus) & (gpus <= spread * per_node)
     gpus, spread = gpus[fits], spread[fits]
-    placements = [_even_placement(int(g), int(k)) for g, k in zip(gpus, spread, strict=True)]
+    placements = [even_placement(int(g), int(k)) for g, k in zip(gpus, spread, strict=True)]
     # each (GPUs, nodes) has its own placement string; code -1 is a missing placement
     known = np.array([p is not None for p in placements], dtype=bool)
     codes = np.where(known, np.cumsum(known) - 1, -1)
@@ -146,14 +164,6 @@ def _pool_candidates(pool: GpuPool, sizes: np.ndarray, wanted: np.ndarray | None
             else pool.price_per_gpu_hour,
         }
     )
-
-
-def _even_placement(gpus: int, nodes: int) -> str | None:
-    """GPUs per node as digits (the contract's `placement`), or None when a node holds > 9."""
-    q, r = divmod(gpus, nodes)
-    if q + (r > 0) > 9:
-        return None
-    return str(q + 1) * r + str(q) * (nodes - r)
 
 
 def score_candidates(

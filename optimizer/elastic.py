@@ -8,7 +8,9 @@ job's minimum and maximum GPU count.
 It is an exact knapsack over GPUs: for each job the best batch size per GPU count is picked
 first (it never affects other jobs), then a dynamic program over jobs × GPUs used combines
 them. Each job's step is one vectorized max-plus update over the GPU counts the job can use,
-so 1,000 jobs on 512 GPUs solve in well under a second. `allocate_greedy` (marginal gain per
+so the work is (GPUs + 1) × the jobs' usable GPU counts (`dp_cells`, which bounds a request):
+1,000 jobs on 512 GPUs solve in well under a second. `predicted_throughputs` fills the jobs'
+tables from the scaling model. `allocate_greedy` (marginal gain per
 GPU) is the baseline and `allocate_exhaustive` the brute-force checker for tiny cases.
 """
 
@@ -16,13 +18,16 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 from numpy.lib.stride_tricks import sliding_window_view
 
 from perfcast.errors import PerfcastError
+from perfcast.optimizer.spread import even_placement, fewest_nodes
+from perfcast.predictor.backend import PredictionBackend
 
 Allocation = dict[str, tuple[int, int]]
 NOT_RUNNING = (0, 0)  # (num_gpus, batch_size) of a job that gets no GPU
@@ -68,6 +73,72 @@ class ElasticJob:
                 raise PerfcastError(
                     f"{where}: throughput at {key} must be a finite number >= 0, got {value}"
                 )
+
+
+@dataclass(frozen=True)
+class PredictedJob:
+    """A job whose throughput the scaling model predicts: on `gpu_type` nodes of
+    `gpus_per_node` GPUs, for each local batch size, at every GPU count it may use."""
+
+    job_id: str
+    features: Mapping[str, object]  # contract columns other than the configuration
+    gpu_type: str
+    local_batch_sizes: Sequence[int]
+    gpus_per_node: int = 8
+    min_gpus: int = 0
+    max_gpus: int | None = None
+
+
+def gpu_counts(min_gpus: int, max_gpus: int | None, total_gpus: int) -> range:
+    """The GPU counts (>= 1) a job with these limits may get on `total_gpus`."""
+    return range(max(min_gpus, 1), min(max_gpus or total_gpus, total_gpus) + 1)
+
+
+def dp_cells(choices: Sequence[int], total_gpus: int) -> int:
+    """Cells `allocate` computes: (total_gpus + 1) per usable GPU count (0 included) of each
+    job; its time and memory grow with this number, which bounds a request."""
+    return (total_gpus + 1) * sum(max(k, 1) for k in choices)
+
+
+def predicted_throughputs(
+    jobs: Sequence[PredictedJob], total_gpus: int, backend: PredictionBackend
+) -> dict[str, dict[tuple[int, int], float]]:
+    """Samples/s per (GPU count, global batch) of each job, in one backend call. GPUs go on
+    as few nodes as possible, spread evenly."""
+    frames, owners = [], []
+    for job in jobs:
+        counts = np.asarray(gpu_counts(job.min_gpus, job.max_gpus, total_gpus), dtype=np.int64)
+        sizes = np.asarray(sorted(set(job.local_batch_sizes)), dtype=np.int64)
+        if counts.size == 0 or sizes.size == 0:
+            continue
+        nodes = [fewest_nodes(int(g), job.gpus_per_node) for g in counts]
+        spread = [even_placement(int(g), k) for g, k in zip(counts, nodes, strict=True)]
+        frame = pd.DataFrame(
+            {
+                "gpu_type": job.gpu_type,
+                "num_gpus": np.repeat(counts, sizes.size),
+                "num_nodes": np.repeat(nodes, sizes.size),
+                "placement": np.repeat(np.array(spread, dtype=object), sizes.size),
+                "local_batch_size": np.tile(sizes, counts.size),
+            }
+        )
+        for name, value in job.features.items():
+            frame[name] = value
+        frames.append(frame)
+        owners += [job.job_id] * len(frame)
+    tables: dict[str, dict[tuple[int, int], float]] = {j.job_id: {} for j in jobs}
+    if not frames:
+        return tables
+    frame = pd.concat(frames, ignore_index=True)
+    step = backend.predict("scaling", frame)["step_time_s"].to_numpy(dtype=float)
+    global_batch = (frame["num_gpus"] * frame["local_batch_size"]).to_numpy()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rate = global_batch / step
+    gpus = frame["num_gpus"].to_numpy()
+    for owner, g, batch, r in zip(owners, gpus, global_batch, rate, strict=True):
+        if math.isfinite(r) and r >= 0:
+            tables[owner][(int(g), int(batch))] = float(r)
+    return tables
 
 
 @dataclass(frozen=True)
@@ -156,21 +227,24 @@ def allocate(jobs: Sequence[ElasticJob], total_gpus: int) -> Allocation:
     best[0] = 0.0
     choice = np.zeros((len(jobs), width), dtype=np.int32)
     # padded[width + c - g] = best[c - g] (-inf for c < g); window[c, t] = padded[c + t] is a
-    # strided view, so window[c, width - g] = best[c - g] needs no gather.
+    # strided view, so window[c, width - g] = best[c - g] needs no copy of `best`.
     padded = np.full(2 * width, -np.inf)
     window = sliding_window_view(padded, width + 1)
     columns = np.arange(width)
-    usable = np.isfinite(table.value)
     for i in range(len(jobs)):
-        lo = int(usable[i].argmax())
-        hi = width - 1 - int(usable[i, ::-1].argmax())
+        options = np.flatnonzero(np.isfinite(table.value[i]))  # the job's usable GPU counts
         padded[width:] = best
-        # candidates[c, k] = best[c - g] + value of this job on g = lo + k GPUs (-inf where the
-        # job cannot use g GPUs)
-        candidates = window[:, width - hi : width - lo + 1][:, ::-1] + table.value[i, lo : hi + 1]
+        # candidates[c, k] = best[c - g_k] + value of this job on g_k GPUs: one column per
+        # usable count, so a job costs (GPUs + 1) × its choices (see `dp_cells`)
+        lo, hi = int(options[0]), int(options[-1])
+        if hi - lo + 1 == options.size:  # a contiguous range: a view, no gather
+            shifted = window[:, width - hi : width - lo + 1][:, ::-1]
+            candidates = shifted + table.value[i, lo : hi + 1]
+        else:
+            candidates = window[:, width - options] + table.value[i, options]
         pick = candidates.argmax(axis=1)  # first maximum: the fewest GPUs on ties
         best = candidates[columns, pick]
-        choice[i] = lo + pick
+        choice[i] = options[pick]
     used = int(np.argmax(best))  # the fewest GPUs reaching the optimum
     if not np.isfinite(best[used]):
         raise InfeasibleAllocationError(

@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from perfcast.errors import PerfcastError
+from perfcast.optimizer.spread import even_placement
 from perfcast.predictor.backend import PredictionBackend
 
 
@@ -85,11 +86,6 @@ def _validate(jobs: Sequence[PlacementJob], nodes: Sequence[Node]) -> None:
             raise PerfcastError(f"{where}: memory figures must be finite and >= 0")
 
 
-def _even_placement(gpus: int, nodes: int) -> str | None:
-    q, r = divmod(gpus, nodes)
-    return None if q + (r > 0) > 9 else str(q + 1) * r + str(q) * (nodes - r)
-
-
 def _fewest_nodes(gpus: int, per_node: Sequence[int]) -> int | None:
     """Fewest nodes that can hold `gpus` when nodes offer `per_node` GPUs each."""
     total = 0
@@ -120,7 +116,7 @@ class _Predictions:
                 for k in range(least, min(job.num_gpus, len(per_node)) + 1):
                     rows.append(
                         {**job.features, "gpu_type": gpu_type, "num_gpus": job.num_gpus,
-                         "num_nodes": k, "placement": _even_placement(job.num_gpus, k)}
+                         "num_nodes": k, "placement": even_placement(job.num_gpus, k)}
                     )  # fmt: skip
                     keys.append((job.job_id, gpu_type, k))
         if rows:
