@@ -48,6 +48,13 @@ def node_repeat(nodes: pd.DataFrame) -> pd.Series:
     if "num_layers" not in nodes.columns:
         return pd.Series(1.0, index=nodes.index)
     traced = nodes["graph_layers"] if "graph_layers" in nodes.columns else 1.0
+    if (nodes["num_layers"] < 1).any() or (pd.Series(traced, index=nodes.index) < 1).any():
+        bad = nodes.loc[nodes["num_layers"] < 1, "sample_id"].astype(str).unique()
+        raise ContractError(
+            "num_layers and graph_layers must be >= 1 (layers in the model and in the traced "
+            f"graph); a layer run 0 times would drop its nodes. Samples: {', '.join(bad[:3])}",
+            column="num_layers",
+        )
     times = (nodes["num_layers"].astype(float) / traced).fillna(1.0)
     names = pd.Series("", index=nodes.index)
     for column in ("fx_target", "node_name"):

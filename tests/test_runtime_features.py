@@ -11,6 +11,7 @@ import torch
 from conftest import requires_data
 
 from perfcast import datasets
+from perfcast.errors import ContractError
 from perfcast.features.devices import matrix_speedup
 from perfcast.features.graphs import op_table, samples, with_roofline
 from perfcast.predictor import make_predictor
@@ -69,3 +70,11 @@ def test_prediction_ignores_the_new_gpus_measured_node_latencies(graphs: pd.Data
     rows = graphs[held].drop(columns=["e2e_latency_ms"])
     scrambled = rows.assign(latency_ms=rows["latency_ms"].sample(frac=1, random_state=0).values)
     pd.testing.assert_frame_equal(model.predict_interval(rows), model.predict_interval(scrambled))
+
+
+def test_a_layer_count_below_one_is_refused(graphs: pd.DataFrame) -> None:
+    """num_layers 0 (NeuSight's JSON for a whole-model trace) read as a repeat count would run
+    every layer node 0 times: refused, never a silently tiny prediction."""
+    sample = graphs[graphs["sample_id"] == graphs["sample_id"].iloc[0]].assign(num_layers=0)
+    with pytest.raises(ContractError, match="num_layers"):
+        with_roofline(sample)

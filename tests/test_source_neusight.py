@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import ast
+import gzip
+import hashlib
 import importlib
 import json
 import math
+from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from perfcast import datasets
+from perfcast.datasets.contract import validate
 from perfcast.datasets.fetch import fetch, shared_data_available
 from perfcast.datasets.io import read_table
-from perfcast.errors import ContractError
+from perfcast.errors import ContractError, PerfcastError
+from perfcast.features.graphs import node_repeat
 
 pytestmark = pytest.mark.skipif(
     not shared_data_available(), reason="the public datasets (../shared/datasets) are not here"
@@ -143,3 +148,101 @@ def test_broken_graph_file_is_refused(
         read_table(path, kind="graph")
     assert err.value.column == column
     assert column in str(err.value)
+
+
+# NeuSight's other label layout, on its one real file (tests/data/neusight/README.md)
+L4_SWITCH = Path(__file__).parent / "data" / "neusight" / "NVIDIA_L4" / "switch4-inf-512-1"
+L4_SWITCH_SHA256 = "932ba84599bd7b3b04676efd31dcbc4463f3f210225bc1e157132ef982bda0af"
+
+
+@pytest.fixture(scope="module")
+def switch_files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    folder = tmp_path_factory.mktemp("label")
+    table = folder / "switch4-inf-512-1.csv"
+    table.write_bytes(gzip.decompress(L4_SWITCH.with_suffix(".csv.gz").read_bytes()))
+    assert hashlib.sha256(table.read_bytes()).hexdigest() == L4_SWITCH_SHA256  # unchanged
+    return table, L4_SWITCH.with_suffix(".json")
+
+
+def _neusight():
+    # imported late: see test_op_kinds_cover_every_node
+    return importlib.import_module("perfcast.datasets.sources.neusight")
+
+
+def _read_switch(table: Path, e2e: Path) -> pd.DataFrame:
+    neusight = _neusight()
+    return neusight.read_sample(table, e2e, "NVIDIA_L4", neusight.device_specs("NVIDIA_L4"))
+
+
+def test_e2e_latency_layout_loads_like_the_other(
+    graphs: pd.DataFrame, switch_files: tuple[Path, Path]
+) -> None:
+    sample = _read_switch(*switch_files)
+    assert list(sample.columns) == list(graphs.columns)
+    raw = pd.read_csv(switch_files[0])
+    assert "latency" not in raw.columns and "e2e_latency" in raw.columns
+    assert len(sample) == len(raw) == 3391
+    assert sample["latency_ms"].to_numpy() == pytest.approx(raw["e2e_latency"].to_numpy())
+    assert sample["bw_latency_ms"].to_numpy() == pytest.approx(raw["bw_latency"].to_numpy())
+    # switch4-inf-512-1.json: {"num_layer": 0, "e2e_latency": 50.59174346923828, ...}
+    first = sample.iloc[0]
+    assert first["e2e_latency_ms"] == pytest.approx(50.59174346923828)
+    assert first["mode"] == "inference" and first["batch_size"] == 1 and first["seq_len"] == 512
+    assert first["peak_tflops_fp32"] == pytest.approx(31.334)  # NVIDIA_L4.json SingleFLOPs
+    assert "other" not in set(sample["op"])
+    assert len(validate(sample, "graph", source="switch4")) == len(sample)
+
+
+def test_whole_model_graph_counts_its_layers_and_repeats_nothing(
+    switch_files: tuple[Path, Path],
+) -> None:
+    """num_layer 0: the table traces every layer (12 encoder + 12 decoder blocks, named
+    encoder_block_<i>_... / decoder_block_<i>_...), so no node may repeat, and none may vanish
+    (the bug: num_layers 0 made every layer node count 0 times, predicting 4.3 ms for 50.6)."""
+    sample = _read_switch(*switch_files)
+    assert (sample["num_layers"] == 24).all() and (sample["graph_layers"] == 24).all()
+    assert (node_repeat(sample) == 1.0).all()
+
+
+def test_modules_mapped_by_class(switch_files: tuple[Path, Path]) -> None:
+    sample = _read_switch(*switch_files)
+    kinds = sample.assign(name=sample["fx_target"].str.rsplit(".", n=1).str[-1])
+    by_name = kinds[kinds["fx_target"].str.contains(r"(?:^|\.)(?:wi|wo|q|act|softmax_0)$")]
+    mapped = by_name.groupby("name")["op"].unique().map(list).to_dict()
+    assert mapped == {
+        "wi": ["linear"], "wo": ["linear"], "q": ["linear"], "act": ["elementwise"],
+        "softmax_0": ["softmax"],
+    }  # fmt: skip
+
+
+def test_unknown_module_is_refused_naming_the_file(
+    switch_files: tuple[Path, Path], tmp_path: Path
+) -> None:
+    raw = pd.read_csv(switch_files[0])
+    row = raw.index[raw["target"].astype(str).str.endswith(".wi")][0]
+    raw.loc[row, "target"] = raw.loc[row, "target"].replace(".wi", ".mystery")
+    raw.loc[row, "meta"] = raw.loc[row, "meta"].replace("torch.nn.modules.linear.Linear", "X.Y")
+    table = tmp_path / "switch4-inf-512-1.csv"
+    raw.to_csv(table, index=False)
+    with pytest.raises(PerfcastError, match=r"switch4-inf-512-1\.csv, row \d+.*mystery"):
+        _read_switch(table, switch_files[1])
+
+
+def test_table_without_latency_columns_is_refused(
+    switch_files: tuple[Path, Path], tmp_path: Path
+) -> None:
+    table = tmp_path / "switch4-inf-512-1.csv"
+    pd.read_csv(switch_files[0]).drop(columns=["e2e_latency"]).to_csv(table, index=False)
+    with pytest.raises(PerfcastError, match=r"switch4-inf-512-1\.csv: no node latency columns"):
+        _read_switch(table, switch_files[1])
+
+
+def test_whole_model_without_numbered_layers_is_refused(
+    switch_files: tuple[Path, Path], tmp_path: Path
+) -> None:
+    raw = pd.read_csv(switch_files[0])
+    raw["Name"] = [f"node{i}" for i in range(len(raw))]
+    table = tmp_path / "switch4-inf-512-1.csv"
+    raw.assign(_input_nodes="[]").to_csv(table, index=False)
+    with pytest.raises(PerfcastError, match=r"switch4-inf-512-1\.csv: num_layer is 0"):
+        _read_switch(table, switch_files[1])

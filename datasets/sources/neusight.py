@@ -7,11 +7,15 @@ the `.json` beside it with the measured end-to-end latency. What the files hold,
 - The node table traces ONE transformer layer (with the embeddings and the head), while
   `e2e_latency` in the JSON is the whole model of `num_layer` layers. The sample columns
   `num_layers` (the JSON's `num_layer`) and `graph_layers` (= 1) record this; a predictor that
-  sums node latencies must scale the layer part by `num_layers`.
+  sums node latencies must scale the layer part by `num_layers`. `num_layer` 0 means the table
+  traces the whole model (NeuSight's aggregator repeats nothing, e.g. Switch Transformers):
+  then `num_layers` = `graph_layers` = the numbered layers found in the node names.
 - `latency` of a node is `fw_latency + bw_latency + acc_latency` (checked on the data: acc is the
-  gradient accumulation of the node's parameters). `latency_ms` is that total, so in train mode it
-  is the node's whole share of a training iteration; inference nodes have bw = acc = 0. The three
-  parts are kept as `fw_latency_ms`, `bw_latency_ms`, `acc_latency_ms`.
+  gradient accumulation of the node's parameters). NeuSight's other label layout (e.g.
+  `label/NVIDIA_L4/switch4-inf-512-1.csv`) has no `latency` but `e2e_latency` (the same sum)
+  and `bwall_latency` (bw + acc); both layouts give the same node columns. `latency_ms` is that
+  total, so in train mode it is the node's whole share of a training iteration; inference nodes
+  have bw = acc = 0. The three parts are kept as `fw_latency_ms`, `bw_latency_ms`, `acc_latency_ms`.
 - The JSON's `e2e_latency` = `fw_latency` + `bwall_latency`, all in milliseconds; kept as
   `e2e_latency_ms`, `e2e_fw_latency_ms`, `e2e_bw_latency_ms`.
 - Samples whose JSON has no node table (the `-fusion`, `-dp4`/`-tp4`/`-pp4` and some `switchxl4`
@@ -64,6 +68,17 @@ DEFAULT_ELEMENT_BYTES = 4  # fp32 when the dtype column is empty
 # by std, scale, shift, plus the rsqrt amortized; dropout = compare + multiply.
 FLOPS_PER_ELEMENT = {"elementwise": 1, "softmax": 5, "layernorm": 8, "dropout": 2}
 
+# call_module: the module's class (the last entry of the node's `nn_module_stack`) -> op kind;
+# a module whose class is not here is looked up by its own name in MODULE_KINDS, and one in
+# neither is refused (an unknown kernel silently costed as "other" would skew the graph).
+MODULE_CLASS_KINDS = {
+    "Linear": "linear", "Conv1D": "linear", "LayerNorm": "layernorm", "Embedding": "embedding",
+    "Dropout": "dropout", "Softmax": "softmax", "ReLU": "elementwise", "GELU": "elementwise",
+    "NewGELUActivation": "elementwise", "GELUActivation": "elementwise", "Tanh": "elementwise",
+    "SiLU": "elementwise", "Sigmoid": "elementwise",
+}  # fmt: skip
+_MODULE_CLASS = re.compile(r"<class '([\w.]+)'>")
+
 # call_module: the module's own name (last path component) -> op kind.
 MODULE_KINDS = {
     "linear": {
@@ -89,13 +104,15 @@ FUNCTION_KINDS = {
     "embedding": {"embedding"},
     "dropout": {"dropout"},
     "elementwise": {
-        "add", "sub", "mul", "truediv", "pow", "gelu", "tanh", "eq", "ne", "gt", "lt", "where",
-        "masked_fill", "masked_fill_", "cumsum", "max",
+        "add", "sub", "mul", "truediv", "pow", "gelu", "tanh", "eq", "ne", "gt", "lt", "le",
+        "where", "masked_fill", "masked_fill_", "cumsum", "max", "rsqrt", "log", "abs", "neg",
+        "one_hot",
     },
+    "reduction": {"mean", "sum", "min", "argmax", "count_nonzero", "logsumexp"},
     "view": {"view", "reshape", "permute", "transpose", "expand", "unsqueeze", "split"},
-    "copy": {"contiguous"},
-    "cast": {"to", "type", "type_as", "long", "bool"},
-    "fill": {"ones", "full", "arange", "tensor"},
+    "copy": {"contiguous", "clone", "cat", "repeat"},
+    "cast": {"to", "type", "type_as", "long", "bool", "float"},
+    "fill": {"ones", "full", "arange", "tensor", "zeros", "zeros_like", "full_like"},
     "getitem": {"getitem"},
     "metadata": {"size", "dim", "getattr", "finfo"},
 }  # fmt: skip
@@ -105,13 +122,27 @@ _INPUT_NAME = re.compile(r"([A-Za-z_]\w*): None")
 _SAMPLE_NAME = re.compile(r"^(?P<model>.+)-(?P<mode>train|inf)-(?P<seq>\d+)-(?P<batch>\d+)$")
 
 
-def op_kind(fx_op: str, target: str, output_is_tensor: bool) -> str:
-    """The normalized op kind of one torch.fx node."""
+def module_class(meta: object) -> str | None:
+    """The class name of a call_module node's module, from its `meta` column (the last class
+    in `nn_module_stack`), or None when the column does not name one."""
+    classes = _MODULE_CLASS.findall(str(meta))
+    return classes[-1].rsplit(".", 1)[-1] if classes else None
+
+
+def op_kind(fx_op: str, target: str, output_is_tensor: bool, module: str | None = None) -> str:
+    """The normalized op kind of one torch.fx node (`module`: a call_module node's class).
+    Raises ValueError for a module known neither by its class nor by its name."""
     if fx_op in ("placeholder", "output", "get_attr"):
         return fx_op
     if fx_op == "call_module":
         name = target.rsplit(".", 1)[-1]
-        return _MODULE_KIND.get(name, "other")
+        kind = MODULE_CLASS_KINDS.get(module or "") or _MODULE_KIND.get(name)
+        if kind is None:
+            raise ValueError(
+                f"module {target!r} (class {module or 'unknown'}) is not a known op kind; "
+                "add its class to MODULE_CLASS_KINDS or its name to MODULE_KINDS"
+            )
+        return kind
     match = _FUNCTION_NAME.match(target)
     name = match.group(1).rsplit(".", 1)[-1] if match else target
     kind = _FUNCTION_KIND.get(name, "other")
@@ -173,16 +204,35 @@ def _input_shapes(text: str) -> list[list[int]]:
     return [[int(v) for v in s] for s in ast.literal_eval(text)]
 
 
+# the node latency columns of NeuSight's two label layouts -> ours
+_LATENCY_LAYOUTS = (
+    {"latency": "latency", "fw_latency": "fw", "bw_latency": "bw", "acc_latency": "acc"},
+    {"e2e_latency": "latency", "fw_latency": "fw", "bw_latency": "bw", "acc_latency": "acc"},
+)
+
+
+def _node_latencies(raw: pd.DataFrame, path: Path) -> pd.DataFrame:
+    """(latency, fw, bw, acc) per node in ms, from whichever layout the table uses."""
+    for layout in _LATENCY_LAYOUTS:
+        if set(layout) <= set(raw.columns):
+            return raw[list(layout)].rename(columns=layout).astype(float)
+    expected = " or ".join(", ".join(layout) for layout in _LATENCY_LAYOUTS)
+    raise PerfcastError(f"{path}: no node latency columns; expected {expected}")
+
+
 def parse_node_table(path: Path) -> pd.DataFrame:
     """Turn one NeuSight torch.fx node table into the node columns of the graph contract."""
     raw = pd.read_csv(path).rename(columns={"_input_nodes": "input_nodes"})
+    latencies = _node_latencies(raw, path)
+    raw = raw.drop(columns=[c for c in ("latency", "fw_latency", "bw_latency") if c in raw])
+    raw = raw.assign(**latencies)
     ids = {name: i for i, name in enumerate(raw["Name"])}
     rows = []
     for i, r in enumerate(raw.itertuples(index=False)):
         where = f"{path}, row {i + 1}"
         try:
             is_tensor = isinstance(r.dtype, str)
-            kind = op_kind(r.op, str(r.target), is_tensor)
+            kind = op_kind(r.op, str(r.target), is_tensor, module_class(r.meta))
             inputs = _input_shapes(r.input_shapes)
             output = _shape_list(r.output_shape)
             size = ELEMENT_BYTES.get(r.dtype, DEFAULT_ELEMENT_BYTES) if is_tensor else 0
@@ -204,9 +254,9 @@ def parse_node_table(path: Path) -> pd.DataFrame:
                 "inputs": json.dumps(sources),
                 "params": params,
                 "latency_ms": r.latency,
-                "fw_latency_ms": r.fw_latency,
-                "bw_latency_ms": r.bw_latency,
-                "acc_latency_ms": r.acc_latency,
+                "fw_latency_ms": r.fw,
+                "bw_latency_ms": r.bw,
+                "acc_latency_ms": r.acc,
             }
         )
     return pd.DataFrame(rows)
@@ -238,27 +288,57 @@ def sample_paths() -> list[tuple[str, str]]:
 
 
 def load_sample(table_path: str, e2e_path: str) -> pd.DataFrame:
-    device, stem = table_path[len(LABEL_DIR) :].removesuffix(".csv").split("/")
+    """One sample from its manifest paths (`label/<device>/<name>.csv` and `.json`)."""
+    device = table_path[len(LABEL_DIR) :].split("/")[0]
+    return read_sample(fetch(table_path), fetch(e2e_path), device, device_specs(device))
+
+
+def read_sample(
+    table: Path, e2e_json: Path, device: str, specs: dict[str, float | None]
+) -> pd.DataFrame:
+    """One sample from a NeuSight node table and its e2e JSON on `device` (spec columns
+    `specs`); the file name says the model, mode, sequence length and batch size."""
+    stem = table.name.removesuffix(".csv")
     match = _SAMPLE_NAME.match(stem)
     if match is None:
-        raise PerfcastError(f"{table_path}: name is not <model>-<train|inf>-<seq>-<batch>")
-    e2e = json.loads(fetch(e2e_path).read_text())
-    nodes = parse_node_table(fetch(table_path))
+        raise PerfcastError(f"{table}: name is not <model>-<train|inf>-<seq>-<batch>")
+    e2e = json.loads(e2e_json.read_text())
+    nodes = parse_node_table(table)
+    num_layers, graph_layers = layer_counts(e2e["num_layer"], nodes["node_name"], table)
     sample = {
         "sample_id": f"{device}/{stem}",
         "model": match["model"],
         "device": device,
-        **device_specs(device),
+        **specs,
         "mode": "train" if match["mode"] == "train" else "inference",
         "batch_size": int(match["batch"]),
         "seq_len": int(match["seq"]),
         "e2e_latency_ms": e2e["e2e_latency"],
         "e2e_fw_latency_ms": e2e["fw_latency"],
         "e2e_bw_latency_ms": e2e["bwall_latency"],
-        "num_layers": e2e["num_layer"],
-        "graph_layers": 1,
+        "num_layers": num_layers,
+        "graph_layers": graph_layers,
     }
     return nodes.assign(**sample)[[*sample, *nodes.columns]]
+
+
+# the outermost numbered layer in a node name: `encoder_block_3_layer_0_...` -> (encoder, 3)
+_OUTER_LAYER = re.compile(r"^(.*?)(?:^|_)(?:h|layer|layers|block|blocks)_(\d+)(?:_|$)")
+
+
+def layer_counts(num_layer: int, node_names: pd.Series, table: Path) -> tuple[int, int]:
+    """(num_layers of the model, layers traced in the graph). NeuSight's `num_layer` > 0: the
+    graph traces one layer of that many. 0: it traces the whole model (its aggregator then
+    repeats nothing), whose layers are counted from the node names."""
+    if num_layer > 0:
+        return int(num_layer), 1
+    layers = {m.groups() for m in map(_OUTER_LAYER.match, node_names.astype(str)) if m}
+    if not layers:
+        raise PerfcastError(
+            f"{table}: num_layer is 0 (the whole model traced) but no node name has a numbered "
+            "layer (`..._block_<i>_...`, `..._layer_<i>_...`), so its layer count is unknown"
+        )
+    return len(layers), len(layers)
 
 
 def _all_sample_paths() -> list[str]:
