@@ -5,14 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-import pandas as pd
-import torch
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from perfcast.datasets.io import write_table
 from perfcast.errors import PerfcastError
+
+# torch, pandas and the profilers load inside the commands: `perfcast --help` stays fast.
 
 app = typer.Typer(
     help="Profile jobs here: step time, memory, counters, co-location, DAGs, query plans.",
@@ -79,6 +78,8 @@ def _set_threads(threads: int | None) -> None:
     if threads is not None:
         if threads < 1:
             raise PerfcastError(f"--threads must be >= 1, got {threads}")
+        import torch
+
         torch.set_num_threads(threads)
 
 
@@ -114,6 +115,10 @@ def run(
             result = profile_zoo(spec, size, device=device, warmup=warmup, steps=steps)
             rows.append(scaling_row(spec, result, gflops))
             bar.advance(task)
+    import pandas as pd
+
+    from perfcast.datasets.io import write_table
+
     path = write_table(pd.DataFrame(rows), out, kind="scaling")
     for row in rows:
         console.print(
@@ -144,6 +149,8 @@ def colocate(
     with progress() as bar:
         bar.add_task(f"{a} beside {b} (solo runs, then together)", total=None)
         frame = measure([pair], settings)
+    from perfcast.datasets.io import write_table
+
     path = write_table(frame, out, kind="interference")
     row = frame.iloc[0]
     console.print(f"speeds: {a} {row['a_speed']:.3f}, {b} {row['b_speed']:.3f}")
@@ -176,6 +183,8 @@ def graph(
         table = graph_sample(
             spec, batch_size, device=device, mode=mode, steps=steps, node_latency=latency
         )
+    from perfcast.datasets.io import write_table
+
     path = write_table(table, out, kind="graph")
     gflops = table["flops"].sum() / 1e9
     console.print(f"{spec.job}: {len(table)} nodes, {gflops:.3f} forward GFLOPs")
@@ -218,6 +227,10 @@ def query(
                 )
             )
             bar.advance(task)
+    import pandas as pd
+
+    from perfcast.datasets.io import write_table
+
     table = pd.concat(frames, ignore_index=True)
     path = write_table(table, out, kind="plan")
     console.print(f"wrote {path} ({len(runs)} plans, {len(table)} operator rows)")

@@ -3,9 +3,13 @@ families each. `make_predictor(task, family)` is the one place that maps names t
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from perfcast.errors import PerfcastError
 from perfcast.predictor.backend import TASKS, PredictionBackend, Task
-from perfcast.predictor.base import TaskPredictor
+
+if TYPE_CHECKING:  # sklearn stays out of import time (the command line reads FAMILIES)
+    from perfcast.predictor.base import TaskPredictor
 
 FAMILIES: dict[str, tuple[str, ...]] = {
     "scaling": ("gbm", "fcn"),
@@ -38,6 +42,14 @@ def make_predictor(task: str, family: str | None = None, **params: object) -> Ta
             f"choose one of {', '.join(FAMILIES[task])} or auto"
         )
     return classes[task](model=family, **params)
+
+
+def __getattr__(name: str) -> object:
+    if name == "TaskPredictor":
+        from perfcast.predictor.base import TaskPredictor
+
+        return TaskPredictor
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = ["FAMILIES", "TASKS", "PredictionBackend", "Task", "TaskPredictor", "make_predictor"]

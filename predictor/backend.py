@@ -9,9 +9,10 @@ and the simulator's oracle all speak this, so a consumer switches between them w
 
 from __future__ import annotations
 
-from typing import Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
-import pandas as pd
+if TYPE_CHECKING:  # kept out of import time: the command line reads TASKS without pandas
+    import pandas as pd
 
 Task = Literal["scaling", "interference", "runtime", "duration"]
 TASKS: tuple[Task, ...] = ("scaling", "interference", "runtime", "duration")

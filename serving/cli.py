@@ -3,6 +3,8 @@ from the command line, through the same code (in-process, or a running service w
 
 from __future__ import annotations
 
+import dataclasses
+import ipaddress
 from pathlib import Path
 from typing import Annotated
 
@@ -14,7 +16,8 @@ from rich.table import Table
 
 from perfcast.errors import PerfcastError
 from perfcast.predictor.backend import TASKS
-from perfcast.serving import schemas, service
+
+# Schemas, the service and the models load inside the commands: `perfcast --help` stays fast.
 
 app = typer.Typer()
 console = Console()
@@ -49,6 +52,12 @@ def serve(
     unknown = [t for t in served if t not in TASKS]
     if unknown:
         raise PerfcastError(f"unknown task(s) {', '.join(unknown)}; expected some of {TASKS}")
+    settings = dataclasses.replace(Settings.from_env(), tasks=served)
+    if settings.api_key is None and not _loopback(host):
+        raise PerfcastError(
+            f"refusing to serve on {host} without PERFCAST_API_KEY: other machines could "
+            "reach the service; set a key, or serve on 127.0.0.1"
+        )
     if train_missing:
         for task in served:  # one task's failure must not keep the others from being served
             try:
@@ -56,15 +65,30 @@ def serve(
                     ensure_champions([task], echo=err_console.print)
             except PerfcastError as err:
                 err_console.print(f"[yellow]could not train a default {task} model:[/] {err}")
-    settings = Settings.from_env()
-    settings = Settings(settings.api_key, settings.max_body_bytes, served)
     with err_console.status("loading models ..."):
         api = create_app(settings)
     missing = api.state.models.missing
     if missing:
         err_console.print(f"[yellow]no model for {', '.join(missing)}: those answer 503[/]")
     err_console.print(f"perfcast serving on http://{host}:{port} (docs: /docs)")
-    uvicorn.run(api, host=host, port=port, log_level=log_level, access_log=False)
+    uvicorn.run(
+        api,
+        host=host,
+        port=port,
+        log_level=log_level,
+        access_log=False,
+        timeout_keep_alive=5,  # idle keep-alive connections are closed after 5 s
+        # past this many connections and requests uvicorn answers 503 itself
+        limit_concurrency=4 * settings.max_in_flight,
+        backlog=256,
+    )
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 def _read(path: Path, model: type[BaseModel]) -> BaseModel:
@@ -94,6 +118,7 @@ def _answer(
         with PerfcastClient(server) as client:
             body = getattr(client, endpoint)(request.model_dump(mode="json", exclude_none=True))
         return response.model_validate(body)
+    from perfcast.serving import service
     from perfcast.serving.models import ServedModels
 
     tasks = ("scaling", "interference") if endpoint == "place" else ("scaling",)
@@ -101,6 +126,13 @@ def _answer(
         models = ServedModels(tasks)
         models.reload()
     return getattr(service, endpoint)(models, request)
+
+
+def flag_text(flags: list[str]) -> str:
+    """A flagged row's warning: each token with what it means."""
+    from perfcast.predictor.base import FLAGS
+
+    return "; ".join(f"{t}: {FLAGS.get(t, 'see perfcast.predictor.base.FLAGS')}" for t in flags)
 
 
 def _num(value: float | None, fmt: str = ".3g") -> str:
@@ -116,6 +148,8 @@ def recommend(
     """The best configurations of one job (see examples/job.yaml; fields as POST
     /v1/recommend): GPU type, GPUs, nodes, local batch size, with predicted step time,
     throughput, scaling efficiency, total time, cost and a reason each."""
+    from perfcast.serving import schemas
+
     request = _read(job_file, schemas.RecommendRequest)
     answer = _answer(request, "recommend", schemas.RecommendResponse, server)
     if as_json:
@@ -140,6 +174,11 @@ def recommend(
     console.print(table)
     for c in answer.top:
         console.print(f"{c.rank}. {c.reason}", highlight=False)
+    for c in answer.top:
+        if c.flags:
+            err_console.print(
+                f"[yellow]warning:[/] {c.rank}. {flag_text(c.flags)}", highlight=False
+            )
     for note in answer.notes:
         console.print(f"[yellow]note:[/] {note}")
 
@@ -154,6 +193,8 @@ def allocate(
 ) -> None:
     """GPUs and batch size for many elastic jobs, maximizing total weighted throughput (see
     examples/jobs.yaml; fields as POST /v1/allocate). Throughputs are given or predicted."""
+    from perfcast.serving import schemas
+
     request = _read(jobs_file, schemas.AllocateRequest)
     answer = _answer(request, "allocate", schemas.AllocateResponse, server)
     if as_json:
@@ -180,6 +221,8 @@ def place(
 ) -> None:
     """Nodes and GPUs for jobs in priority order, sharing a GPU only when predicted to pay
     (see examples/cluster.yaml; fields as POST /v1/place)."""
+    from perfcast.serving import schemas
+
     request = _read(cluster_file, schemas.PlaceRequest)
     answer = _answer(request, "place", schemas.PlaceResponse, server)
     if as_json:

@@ -1,0 +1,78 @@
+"""The built wheel installs next to Hugging Face `datasets` and both import: perfcast's packages
+live under `perfcast.*`, never as generic top-level names. Also: the command line starts without
+loading the heavy libraries, and the recorded dataset row counts match the loaders."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+from conftest import requires_data
+
+ROOT = Path(__file__).resolve().parent.parent
+HEAVY = ("pandas", "numpy", "torch", "sklearn", "mlflow", "ray", "pandera", "lightgbm")
+
+
+def _run(*args: str | Path, **kwargs: object) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(a) for a in args], check=True, capture_output=True, text=True, **kwargs
+    )
+
+
+@pytest.mark.slow
+def test_wheel_installs_next_to_hugging_face_datasets(tmp_path: Path) -> None:
+    _run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+         "-q", "-w", tmp_path / "dist", ROOT)  # fmt: skip
+    (wheel,) = (tmp_path / "dist").glob("perfcast-*.whl")
+    venv = tmp_path / "venv"
+    _run(sys.executable, "-m", "venv", venv)
+    python = venv / "bin" / "python"
+    _run(python, "-m", "pip", "install", "-q", "--no-deps", wheel)
+    _run(python, "-m", "pip", "install", "-q", "datasets")  # Hugging Face's, from the index
+    # perfcast's own dependencies come from this environment, appended after the clean venv's
+    # site-packages (a .pth line), so the venv's `datasets` and perfcast wheel come first.
+    purelib = _run(python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+    Path(purelib.stdout.strip(), "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    env = {**os.environ, "PERFCAST_HOME": str(tmp_path / "home")}
+    check = _run(python, "-c", """
+import json, datasets, perfcast.datasets
+from perfcast.datasets.registry import registry
+print(json.dumps({"hf": datasets.__file__, "ours": perfcast.datasets.__file__,
+                  "hf_has": hasattr(datasets, "load_dataset"), "n": len(registry())}))
+""", env=env, cwd=tmp_path)  # fmt: skip
+    seen = json.loads(check.stdout)
+    assert seen["hf_has"] and seen["hf"].startswith(str(venv))
+    assert seen["ours"].startswith(str(venv)) and "/perfcast/datasets/" in seen["ours"]
+    assert seen["n"] >= 10
+    help_text = _run(venv / "bin" / "perfcast", "--help", env=env, cwd=tmp_path).stdout
+    assert "simulate" in help_text and "datasets" in help_text
+    # data files ship in the wheel: the measured tables load from site-packages
+    listing = _run(venv / "bin" / "perfcast", "datasets", "show", "measured-cpu-colocation",
+                   env=env, cwd=tmp_path).stdout  # fmt: skip
+    assert "measured-cpu-colocation" in listing
+
+
+def test_command_line_starts_without_heavy_libraries() -> None:
+    probe = _run(sys.executable, "-c", f"""
+import sys
+import perfcast.cli
+print(",".join(m for m in {HEAVY!r} if m in sys.modules))
+""")  # fmt: skip
+    assert probe.stdout.strip() == "", f"`perfcast --help` would import {probe.stdout.strip()}"
+
+
+@pytest.mark.slow
+@requires_data
+def test_recorded_row_counts_match_the_loaders() -> None:
+    from perfcast.datasets.registry import load, recorded_rows, registry
+
+    recorded = recorded_rows()
+    actual = {name: len(load(name)) for name in registry()}
+    assert recorded == actual, (
+        "datasets/row_counts.json is stale; write this into it:\n" + json.dumps(actual, indent=1)
+    )
