@@ -168,6 +168,9 @@ PLAN = pa.DataFrameSchema(
         "inputs": _req(str, _JSON_LIST),
         "cardinality": _opt(float, _NONNEG),
         "latency_ms": _opt(float, _NONNEG, _FINITE),
+        # stage DAGs (Spark): a node is a stage of `num_tasks` tasks of `task_ms` each
+        "num_tasks": _opt("Int64", _GE1),
+        "task_ms": _opt(float, _NONNEG, _FINITE),
     },
     coerce=True,
     strict=False,
