@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from test_simulator_engine import run, synthetic_workload
+from scheduler_synthetic import run, synthetic_workload
 
 from perfcast.optimizer.elastic import allocate_exhaustive
 from perfcast.scheduler.core import ClusterSpec, ClusterState, Job, JobStatus, Migrate, Run

@@ -3,63 +3,16 @@ types whose figures are chosen by hand so every expected number can be checked o
 
 from __future__ import annotations
 
-import pandas as pd
 import pytest
+from scheduler_synthetic import run, synthetic_workload
 
-from perfcast.scheduler.core import ClusterSpec, ClusterState
-from perfcast.scheduler.core.predictions import JobPredictor
-from perfcast.scheduler.oracle import OracleBackend
+from perfcast.datasets.fetch import shared_data_available
+from perfcast.scheduler.core import ClusterSpec
 from perfcast.scheduler.policies import make_policy
-from perfcast.scheduler.sim.catalog import InterferenceCatalog, ScalingCatalog
 from perfcast.scheduler.sim.costs import Costs
 from perfcast.scheduler.sim.engine import simulate
 from perfcast.scheduler.sim.metrics import job_table, summarize
-from perfcast.scheduler.sim.workload import Workload, build_workload
-
-# synthetic job types: "fast" 1 s/step alone at local batch 32, scaling to 1.25 s on 2 GPUs
-# and 1.5 s on 4; "slow" 2 s/step at every size (no scaling penalty).
-SYNTHETIC_SCALING = pd.DataFrame(
-    {
-        "job": ["fast"] * 3 + ["slow"] * 3,
-        "gpu_type": ["v100"] * 6,
-        "num_nodes": [1] * 6,
-        "num_gpus": [1, 2, 4] * 2,
-        "local_batch_size": [32] * 6,
-        "step_time_s": [1.0, 1.25, 1.5, 2.0, 2.0, 2.0],
-    }
-)
-SYNTHETIC_PAIRS = pd.DataFrame(
-    {
-        "gpu_type": ["v100"],
-        "a_job": ["fast"],
-        "a_batch_size": [32],
-        "b_job": ["slow"],
-        "b_batch_size": [32],
-        "a_speed": [0.8],
-        "b_speed": [0.7],
-        "a_mem_mb": [4000.0],
-        "b_mem_mb": [5000.0],
-    }
-)
-
-
-def synthetic_workload(rows: list[tuple[str, float, str, int, float]]) -> Workload:
-    """Jobs (id, submit, type, gpus, duration alone at that size) on the synthetic types."""
-    scaling = ScalingCatalog(SYNTHETIC_SCALING, gpus_per_node=4)
-    trace = pd.DataFrame(rows, columns=["job_id", "submit_time_s", "job", "num_gpus", "duration_s"])
-    cluster = ClusterState(ClusterSpec.parse("2x4:v100"))
-    return build_workload(trace, cluster, scaling, InterferenceCatalog(SYNTHETIC_PAIRS))
-
-
-def run(workload: Workload, spec: str, policy: str, **costs: float):
-    spec_ = ClusterSpec.parse(spec)
-    options = {"memory_mb": workload.interference.memory_mb} if policy == "gandiva" else {}
-    predictor = JobPredictor(
-        OracleBackend(workload.scaling, workload.interference, workload.jobs), gpus_per_node=4
-    )
-    return simulate(
-        workload, spec_, make_policy(policy, **options), predictor=predictor, costs=Costs(**costs)
-    )
+from perfcast.scheduler.sim.run import prepare_workload
 
 
 def test_a_job_alone_takes_its_traced_duration():
@@ -133,3 +86,13 @@ def test_fixed_rounds_delay_decisions_to_the_next_tick():
     assert jobs.loc["a", "start_s"] == pytest.approx(0.0)  # the first arrival is on a tick
     assert jobs.loc["b", "start_s"] == pytest.approx(360.0)  # a finished at 100, b waits
     assert jobs.loc["b", "finish_s"] == pytest.approx(410.0)
+
+
+@pytest.mark.skipif(not shared_data_available(), reason="the public datasets are not available")
+def test_pollux_workload_batch_is_the_global_batch():
+    # pollux workloads/workload-1.csv: "cifar10-0,107,cifar10,6,2048": 2,048 over 6 GPUs, not
+    # 2,048 per GPU (12,288 in all)
+    spec = ClusterSpec.parse("16x4:t4")
+    workload = prepare_workload("pollux-workloads:workloads/workload-1", spec)
+    cifar = next(j for j in workload.jobs if j.job_id == "workloads/workload-1/cifar10-0")
+    assert (cifar.num_gpus, cifar.batch_size) == (6, 2048)

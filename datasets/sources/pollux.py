@@ -13,7 +13,8 @@ gpu_time,cluster`): duration in seconds (`gpu_time == duration * num_gpus` on ev
 longest job, 4.6e6 s = 53 days, fits in the 109 days the timestamps span, which minutes would not).
 
 `workloads*/workload-N.csv` (`name,time,application,num_replicas,batch_size`: submit second,
-model, GPUs, total batch size) are the job mixes of Pollux's evaluation (`workloads-<load>` scale
+model, GPUs, total batch size; kept as `global_batch_size`, with `batch_size` the per-GPU batch
+as the trace contract has it) are the job mixes of Pollux's evaluation (`workloads-<load>` scale
 the arrival rate; `workloads-realistic` has users' own choices). They state no run time: Pollux
 runs each job to a fixed number of epochs. `duration_s` here is Pollux's own estimate of the run
 time of the job as submitted (its `Application.get_configurations`): the iterations the
@@ -212,7 +213,9 @@ def _workload(path: str) -> pd.DataFrame:
             "num_gpus": raw["num_replicas"],
             "duration_s": [seconds for seconds, _ in runs],
             "job": raw["application"].map(lambda a: WORKLOADS[a][0]),
-            "batch_size": raw["batch_size"],
+            # the trace contract's batch_size is per GPU; Pollux's files give the total batch
+            "batch_size": -(-raw["batch_size"] // raw["num_replicas"]),
+            "global_batch_size": raw["batch_size"],
             "iterations": [iterations for _, iterations in runs],
             "trace": name,
             "application": raw["application"],
@@ -228,6 +231,7 @@ def _workload(path: str) -> pd.DataFrame:
     "model, GPUs, batch size; duration is Pollux's estimate of the run as submitted (validation "
     "iterations x interpolated T4 step time), not a measurement",
     source=SOURCE,
+    version=2,  # 2: batch_size per GPU, the total batch in global_batch_size
     files=[
         *WORKLOAD_FILES,
         *(e.path for e in entries("pollux/traces/") if "/validation-" in e.path),

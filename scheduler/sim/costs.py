@@ -6,6 +6,8 @@
 - `migrate_s` = 1 s: Gandiva's migration, under a second including multi-GPU jobs.
 - `resize_s` = 50 s: growing or shrinking a job by checkpoint-restart with a new worker count.
 - `timeslice_overhead` = 0.02: Gandiva's time-slicing overhead (under 2%).
+- `start_s` = 0 s: a job's first start is free by default; the Pollux artifact's simulator
+  charges every (re)allocation, the first one included, 30 s (`Job.reallocate`).
 The GPUs stay held (and counted) while a job pays these; it makes no progress meanwhile.
 """
 
@@ -20,3 +22,4 @@ class Costs:
     migrate_s: float = 1.0
     resize_s: float = 50.0
     timeslice_overhead: float = 0.02
+    start_s: float = 0.0

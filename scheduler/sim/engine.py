@@ -9,7 +9,11 @@ policies decide from predictions, so prediction error shows in the results.
 Progress is kept lazily: a job's counters are brought up to date only when something about it
 changes (a decision, a neighbour on its GPUs changes, it finishes), and its completion event is
 re-computed then (stale events are skipped by version), so a round costs only the jobs it
-touches.
+touches. Completion events carry a version unique over the whole run, so an event queued for
+an earlier run of a job that was since suspended and resumed never matches its new record.
+
+Self-check: `finish` refuses a completion whose work is not done (it never sets the work to
+done), so any event that fires early is an error, not a silently short job.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ class _Running:
     slots: tuple[GpuSlot, ...]
     rate: float  # samples/s while productive
     busy_until: float  # overhead (restart, migration) paid until then
-    version: int = 0
+    version: int = 0  # of the latest completion event queued for it (unique in the run)
 
 
 @dataclass
@@ -47,6 +51,11 @@ class Accounting:
     placement_gpu_s: float = 0.0  # integral of (job, GPU) pairs held
     busy_gpu_s: float = 0.0  # integral of GPUs holding at least one job
     productive_gpu_s: dict[str, float] = field(default_factory=dict)
+    samples: dict[str, float] = field(default_factory=dict)  # samples run, never capped
+
+
+class SimulationError(RuntimeError):
+    """The simulator broke one of its own invariants (a bug, not bad input)."""
 
 
 class SimulatedExecutor:
@@ -78,7 +87,7 @@ class SimulatedExecutor:
             slots.update(decision.gpus)
             if isinstance(decision, Run):
                 resumed = state.preemptions > 0 or state.samples_done > 0
-                delay = self.costs.restart_s if resumed else 0.0
+                delay = self.costs.restart_s if resumed else self.costs.start_s
                 self.running[state.job_id] = _Running(decision.gpus, 0.0, now + delay)
             elif record is not None:
                 delay = self.costs.migrate_s
@@ -116,8 +125,9 @@ class SimulatedExecutor:
             state.attained_gpu_s += elapsed * gpus
             state.overhead_gpu_s += overhead * gpus
             state.run_time_s += elapsed
-            acc = self.accounting.productive_gpu_s
-            acc[state.job_id] = acc.get(state.job_id, 0.0) + productive * gpus
+            job_id, acc = state.job_id, self.accounting
+            acc.productive_gpu_s[job_id] = acc.productive_gpu_s.get(job_id, 0.0) + productive * gpus
+            acc.samples[job_id] = acc.samples.get(job_id, 0.0) + productive * record.rate
         state.synced_s = now
 
     def true_rate(self, state: JobState, jobs: JobTable) -> float:
@@ -148,19 +158,25 @@ class SimulatedExecutor:
     def finish(self, state: JobState, now: float, jobs: JobTable) -> None:
         """A job completed: settle its counters; the jobs that shared its GPUs speed up."""
         self.sync(state, now)
-        state.samples_done = state.job.total_samples
-        record = self.running.pop(state.job_id)
-        for node, gpu in record.slots:
-            for other in self.cluster.occupants[node][gpu]:
-                if other != state.job_id and other in self.running:
-                    self.sync(jobs[other], now)
-                    self._after_release.add(other)
+        run = self.accounting.samples.get(state.job_id, 0.0)
+        if run < state.job.total_samples * (1 - 1e-6) - 1e-6:
+            raise SimulationError(
+                f"job {state.job_id} completed at {now:.1f}s having run {run:.6g} of its "
+                f"{state.job.total_samples:.6g} samples"
+            )
+        state.samples_done = state.job.total_samples  # float rounding only
+        self._release(state, now, jobs)
 
     def stop(self, state: JobState, now: float, jobs: JobTable) -> None:
         """A job ended by the policy before its work was done."""
         if state.job_id not in self.running:
             return
         self.sync(state, now)
+        self._release(state, now, jobs)
+
+    def _release(self, state: JobState, now: float, jobs: JobTable) -> None:
+        """Drop a job's record; its GPU neighbours are brought up to `now` and get new rates
+        at the next `refresh`."""
         record = self.running.pop(state.job_id)
         for node, gpu in record.slots:
             for other in self.cluster.occupants[node][gpu]:
@@ -178,12 +194,12 @@ class SimulatedExecutor:
 
     def _schedule_completion(self, state: JobState, now: float) -> None:
         record = self.running[state.job_id]
-        record.version += 1
+        self._seq += 1
+        record.version = self._seq  # older events of this job, from any run, are now stale
         if record.rate <= 0:
             return
         start = max(now, record.busy_until)
         finish = start + state.remaining_samples / record.rate
-        self._seq += 1
         heapq.heappush(self.events, (finish, self._seq, state.job_id, record.version))
 
     def next_completion(self) -> float | None:

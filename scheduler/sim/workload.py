@@ -5,8 +5,10 @@ Mapping rule (also in docs/scheduler.md):
   (Philly, ElasticFlow: no model name) its type is drawn from the measured types, deterministic
   per job (a hash of the job id and the seed), among the types measured at its GPU count or
   more (all types when none is).
-- Batch: a trace `batch_size` is the per-GPU batch (Muri's convention); without one, the type's
-  most measured local batch. The global batch is the local batch times the requested GPUs.
+- Batch: a trace `global_batch_size` (Pollux's workloads) is the job's global batch; else a
+  trace `batch_size` is the per-GPU batch (Muri's convention, the trace contract's); without
+  either, the type's most measured local batch. The global batch is then the local batch times
+  the requested GPUs.
 - Work: `total_samples` = traced duration x true throughput at the requested size, so a job
   run alone at its requested size takes exactly its traced duration.
 - Jobs asking for 0 GPUs or more GPUs than the cluster has are dropped (and counted).
@@ -120,6 +122,7 @@ def build_workload(
     start = float(table["submit_time_s"].min())
     names = table["job"].astype("string").str.lower() if "job" in table else None
     batches = table.get("batch_size")
+    global_batches = table.get("global_batch_size")
     users, vcs = table.get("user"), table.get("vc")
     deadlines = table.get("deadline_s")
     jobs, drawn = [], 0
@@ -143,11 +146,13 @@ def build_workload(
         if job_type is None or not scaling.has(job_type):
             job_type = _draw(job_id, seed, by_size[gpus])
             drawn += 1
-        local = None
-        if batches is not None and not pd.isna(batches.iat[i]):
-            local = int(batches.iat[i])
-        local = local or scaling.reference_local_batch(job_type)
-        batch = local * int(gpus)
+        if global_batches is not None and not pd.isna(global_batches.iat[i]):
+            batch = int(global_batches.iat[i])
+        else:
+            local = None
+            if batches is not None and not pd.isna(batches.iat[i]):
+                local = int(batches.iat[i])
+            batch = (local or scaling.reference_local_batch(job_type)) * int(gpus)
         rate = scaling.throughput(job_type, gpu_type, int(gpus), batch)
         submit_s = float(submit - start) / load_factor
         deadline = None
