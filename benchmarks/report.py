@@ -6,14 +6,14 @@ the section always starts with the command that produced it.
 
 from __future__ import annotations
 
-import os
 import platform
 import re
-import tempfile
 import time
 from pathlib import Path
 
 import psutil
+
+from perfcast.atomic import atomic_write_text
 
 BENCHMARKS_MD = Path(__file__).resolve().parent.parent / "docs" / "BENCHMARKS.md"
 HEADER = (
@@ -42,9 +42,4 @@ def write_section(name: str, title: str, command: str, body: str) -> Path:
         rf"<!-- BEGIN {re.escape(name)} -->.*?<!-- END {re.escape(name)} -->", re.S
     )
     text = pattern.sub(lambda _: section, text) if pattern.search(text) else f"{text}\n{section}\n"
-    BENCHMARKS_MD.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=BENCHMARKS_MD.parent, prefix=".BENCHMARKS.")
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-    os.replace(tmp, BENCHMARKS_MD)
-    return BENCHMARKS_MD
+    return atomic_write_text(BENCHMARKS_MD, text)

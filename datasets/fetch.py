@@ -15,6 +15,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from perfcast.atomic import atomic_open
 from perfcast.errors import ChecksumError, DataNotFoundError
 from perfcast.paths import PROJECT_ROOT, download_cache_dir
 
@@ -94,25 +95,24 @@ def fetch(path: str, *, download: bool = True) -> Path:
 
 def _download(entry: ManifestEntry) -> Path:
     target = download_cache_dir() / entry.path
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.part")
+    digest = hashlib.sha256()
     try:
-        with urllib.request.urlopen(entry.url, timeout=60) as response, tmp.open("wb") as out:
-            while chunk := response.read(1 << 20):
-                out.write(chunk)
+        # the checksum is checked before the file takes its name: a bad download leaves nothing
+        with atomic_open(target) as out:
+            with urllib.request.urlopen(entry.url, timeout=60) as response:
+                while chunk := response.read(1 << 20):
+                    digest.update(chunk)
+                    out.write(chunk)
+            if digest.hexdigest() != entry.sha256:
+                raise ChecksumError(
+                    f"downloaded {entry.url}: sha256 {digest.hexdigest()} does not match the "
+                    f"manifest's {entry.sha256}"
+                )
     except OSError as err:
-        tmp.unlink(missing_ok=True)
         raise DataNotFoundError(
             f"{entry.path} is not available locally (set PERFCAST_DATA_DIR) and downloading "
             f"{entry.url} failed: {err}"
         ) from None
-    actual = sha256_of(tmp)
-    if actual != entry.sha256:
-        tmp.unlink(missing_ok=True)
-        raise ChecksumError(
-            f"downloaded {entry.url}: sha256 {actual} does not match the manifest's {entry.sha256}"
-        )
-    os.replace(tmp, target)
     return target
 
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
+import csv
 from pathlib import Path
 
 import pandas as pd
 
+from perfcast.atomic import atomic_open
 from perfcast.datasets.contract import SCHEMAS, validate
 from perfcast.errors import ContractError
 
@@ -25,6 +25,7 @@ def read_table(path: str | Path, kind: str | None = None) -> pd.DataFrame:
         )
     try:
         if path.suffix == ".csv":
+            _check_unique_header(path)
             # text columns stay text: a placement "11" or an id "6214e9" is not a number
             df = pd.read_csv(path, low_memory=False, dtype=_text_columns(kind))
         else:
@@ -32,6 +33,18 @@ def read_table(path: str | Path, kind: str | None = None) -> pd.DataFrame:
     except (ValueError, OSError, pd.errors.ParserError) as err:
         raise ContractError(f"cannot parse: {err}", file=str(path)) from None
     return validate(df, kind, source=str(path)) if kind else df
+
+
+def _check_unique_header(path: Path) -> None:
+    """pandas renames a repeated header `x` to `x.1`; a file that names a column twice is
+    ambiguous, so it is refused."""
+    with path.open(newline="", encoding="utf-8", errors="replace") as fh:
+        header = next(csv.reader(fh), [])
+    seen: set[str] = set()
+    for name in header:
+        if name in seen:
+            raise ContractError(f"the header names column {name!r} twice", file=str(path))
+        seen.add(name)
 
 
 def _text_columns(kind: str | None) -> dict[str, type]:
@@ -52,18 +65,9 @@ def write_table(df: pd.DataFrame, path: str | Path, kind: str | None = None) -> 
         )
     if kind:
         df = validate(df, kind, source=str(path))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            if path.suffix == ".csv":
-                df.to_csv(fh, index=False)
-            else:
-                df.to_parquet(fh, index=False)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_open(path) as fh:
+        if path.suffix == ".csv":
+            df.to_csv(fh, index=False)
+        else:
+            df.to_parquet(fh, index=False)
     return path

@@ -12,7 +12,6 @@ import json
 import os
 import platform
 import socket
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +20,7 @@ import pandas as pd
 import torch
 from rich.progress import Progress
 
+from perfcast.atomic import atomic_write_text
 from perfcast.datasets.io import write_table
 from perfcast.features.profiling import query_plans, zoo
 from perfcast.features.profiling.colocate import JobSpec, WindowSettings, colocate
@@ -152,8 +152,5 @@ def generate(out: Path, *, device: str = "cpu", progress: Progress | None = None
         "note": "measured on a shared machine: other processes ran beside these jobs",
         "files": {n: {"kind": k, "description": d} for n, (k, d) in FILES.items()},
     }
-    fd, tmp = tempfile.mkstemp(dir=out, prefix=".meta.")
-    with os.fdopen(fd, "w") as fh:
-        json.dump(meta, fh, indent=2)
-    os.replace(tmp, out / "meta.json")
+    atomic_write_text(out / "meta.json", json.dumps(meta, indent=2))
     return {name: len(table) for name, table in tables.items()}
