@@ -55,6 +55,9 @@ class Job:
     # curve rises (metric at progress p = score * (1 - exp(-curve * p)) / (1 - exp(-curve)))
     score: float | None = None
     curve: float = 5.0
+    # work counted in samples at the initial batch size, advanced at the statistical efficiency
+    # of the batch run (Pollux's goodput; scheduler/sim/goodput.py), not in samples processed
+    statistical: bool = False
 
 
 @dataclass(slots=True)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -28,6 +29,7 @@ from perfcast.scheduler.core.decisions import Decision, Resize, Run, Suspend
 from perfcast.scheduler.core.jobs import JobState, JobTable
 from perfcast.scheduler.core.loop import SchedulingLoop, SchedulingPolicy
 from perfcast.scheduler.core.predictions import JobPredictor
+from perfcast.scheduler.sim import goodput
 from perfcast.scheduler.sim.costs import Costs
 from perfcast.scheduler.sim.workload import Workload
 
@@ -134,7 +136,13 @@ class SimulatedExecutor:
         """Samples/s of a job on its GPUs: measured step time, slowed by sharing."""
         job, n = state.job, state.num_gpus
         gpu_type = self._gpu_type[state.gpus[0][0]]
-        solo = self.workload.scaling.throughput(job.job_type, gpu_type, n, state.batch_size)
+        app = goodput.application(job.job_type) if job.statistical else None
+        if app is not None:
+            per_node = Counter(node for node, _ in state.gpus)
+            placement = tuple(per_node[node] for node in sorted(per_node))
+            solo = app.rate(placement, state.batch_size, state.samples_done)
+        else:
+            solo = self.workload.scaling.throughput(job.job_type, gpu_type, n, state.batch_size)
         factor = 1.0
         for node, gpu in state.gpus:
             occupants = self.cluster.occupants[node][gpu]
@@ -199,7 +207,11 @@ class SimulatedExecutor:
         if record.rate <= 0:
             return
         start = max(now, record.busy_until)
-        finish = start + state.remaining_samples / record.rate
+        target = state.job.total_samples
+        app = goodput.application(state.job.job_type) if state.job.statistical else None
+        if app is not None:  # the rate changes with the epoch: an event at its end
+            target = min(target, app.next_boundary(state.samples_done))
+        finish = start + max(target - state.samples_done, 0.0) / record.rate
         heapq.heappush(self.events, (finish, self._seq, state.job_id, record.version))
 
     def next_completion(self) -> float | None:
@@ -211,12 +223,25 @@ class SimulatedExecutor:
             heapq.heappop(self.events)
         return None
 
-    def pop_completions(self, now: float) -> list[str]:
+    def pop_completions(self, now: float, jobs: JobTable) -> list[str]:
+        """The jobs whose work is done by `now`. Events of jobs that only reached the end of an
+        epoch re-rate them (their statistical efficiency changes) and queue the next event."""
         done = []
         while (when := self.next_completion()) is not None and when <= now + _EPS:
             _, _, job_id, _ = heapq.heappop(self.events)
+            state = jobs[job_id]
+            if state.job.statistical and state.remaining_samples > _work_tolerance(state):
+                self.sync(state, now)
+                if state.remaining_samples > _work_tolerance(state):
+                    self.running[job_id].rate = self.true_rate(state, jobs)
+                    self._schedule_completion(state, now)
+                    continue
             done.append(job_id)
         return done
+
+
+def _work_tolerance(state: JobState) -> float:
+    return state.job.total_samples * 1e-9 + 1e-9
 
 
 @dataclass
@@ -246,11 +271,19 @@ def simulate(
 ) -> SimResult:
     """Run `workload` on a cluster `spec` under `policy` until every job is done.
 
-    With `round_s`, decisions are taken only at multiples of `round_s` (as in schedulers that
-    run in fixed rounds, e.g. Muri's testbed every 360 s): events between two ticks wait for
-    the next one. Without it a round follows every instant with events."""
+    With `round_s`, decisions are taken only at multiples of `round_s` of the trace's clock
+    (as in schedulers that run in fixed rounds, e.g. Muri's testbed every 360 s, the Pollux
+    artifact every 60 s): events between two ticks wait for the next one. Without it a round
+    follows every instant with events."""
     if round_s is not None and round_s <= 0:
         raise ValueError(f"round_s must be > 0, got {round_s}")
+
+    def next_tick(t: float) -> float:
+        """The first round at or after `t`: multiples of `round_s` in the trace's own clock."""
+        assert round_s is not None
+        origin = workload.origin_s
+        return math.ceil((t + origin) / round_s - _EPS) * round_s - origin
+
     cluster = ClusterState(spec)
     executor = SimulatedExecutor(workload, cluster, costs or Costs())
     loop = SchedulingLoop(cluster, policy, executor, predictor=predictor)
@@ -280,7 +313,7 @@ def simulate(
         acc.placement_gpu_s += cluster.placements * (t - now)
         acc.busy_gpu_s += cluster.used_gpus() * (t - now)
         now = t
-        for job_id in executor.pop_completions(now):
+        for job_id in executor.pop_completions(now, loop.jobs):
             executor.finish(loop.jobs[job_id], now, loop.jobs)
             loop.job_finished(job_id, now)
             finished += 1
@@ -297,7 +330,7 @@ def simulate(
         if round_s is not None:
             on_grid = tick is not None and now >= tick - _EPS
             if not on_grid:
-                nxt = math.ceil(now / round_s - _EPS) * round_s
+                nxt = next_tick(now)
                 tick = nxt if tick is None else min(tick, nxt)
                 if on_progress:
                     on_progress(finished, total)
@@ -316,7 +349,7 @@ def simulate(
         if timer is not None and timer <= now:
             timer = None
         if timer is not None and round_s is not None:
-            tick, timer = math.ceil(timer / round_s - _EPS) * round_s, None
+            tick, timer = next_tick(timer), None
         if on_progress:
             on_progress(finished, total)
     makespan = now - (jobs[0].submit_time_s if jobs else 0.0)

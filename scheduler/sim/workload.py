@@ -10,7 +10,10 @@ Mapping rule (also in docs/scheduler.md):
   either, the type's most measured local batch. The global batch is then the local batch times
   the requested GPUs.
 - Work: `total_samples` = traced duration x true throughput at the requested size, so a job
-  run alone at its requested size takes exactly its traced duration.
+  run alone at its requested size takes exactly its traced duration. A job the trace names as
+  one of Pollux's applications instead trains for that application's epochs, its progress
+  counting statistical efficiency (`goodput.py`), as in the Pollux artifact's simulator; its
+  `duration_s` stays the trace's estimate.
 - Jobs asking for 0 GPUs or more GPUs than the cluster has are dropped (and counted).
 - Load: submit times divided by `load` (load 2 = arrivals twice as dense).
 """
@@ -31,6 +34,7 @@ from perfcast.datasets.registry import load, registry
 from perfcast.errors import PerfcastError
 from perfcast.scheduler.core.cluster import ClusterState
 from perfcast.scheduler.core.jobs import Job
+from perfcast.scheduler.sim import goodput
 from perfcast.scheduler.sim.catalog import InterferenceCatalog, ScalingCatalog
 
 SCALING_DATASETS = ("muri-scaling", "pollux-scaling", "gavel-scaling", "chronus-scaling")
@@ -89,6 +93,7 @@ class Workload:
     interference: InterferenceCatalog
     dropped: Counter[str] = field(default_factory=Counter)
     drawn_types: int = 0  # jobs whose type was drawn (the trace named no measured model)
+    origin_s: float = 0.0  # the trace's clock at simulated time 0 (fixed rounds align to it)
 
 
 def _draw(job_id: str, seed: int, options: list[str]) -> str:
@@ -154,6 +159,10 @@ def build_workload(
                 local = int(batches.iat[i])
             batch = (local or scaling.reference_local_batch(job_type)) * int(gpus)
         rate = scaling.throughput(job_type, gpu_type, int(gpus), batch)
+        work = float(duration) * rate
+        app = goodput.application(job_type) if trace_job == job_type else None
+        if app is not None:  # a Pollux job mix: trained for its epochs, at statistical speed
+            work = app.total_work
         submit_s = float(submit - start) / load_factor
         deadline = None
         if deadlines is not None and not pd.isna(deadlines.iat[i]):
@@ -165,13 +174,14 @@ def build_workload(
                 job_type=job_type,
                 num_gpus=int(gpus),
                 batch_size=batch,
-                total_samples=float(duration) * rate,
+                total_samples=work,
                 duration_s=float(duration),
                 user=None if users is None or pd.isna(users.iat[i]) else str(users.iat[i]),
                 vc=None if vcs is None or pd.isna(vcs.iat[i]) else str(vcs.iat[i]),
                 trace_job=trace_job,
                 deadline_s=deadline,
                 max_gpus=int(np.clip(2 * gpus, 1, cluster.total_gpus)),
+                statistical=app is not None,
             )
         )
-    return Workload(name, jobs, scaling, interference, dropped, drawn)
+    return Workload(name, jobs, scaling, interference, dropped, drawn, start / load_factor)
