@@ -1,0 +1,315 @@
+"""HyperSched (SoCC'19) as a Ray Tune `TrialScheduler`: the best model at a deadline.
+
+    tuner = tune.Tuner(trainable, param_space=space, tune_config=tune.TuneConfig(
+        metric="accuracy", mode="max", num_samples=48,
+        scheduler=HyperSched(deadline_s=600, num_gpus=8, max_t=27,
+                             backend=InProcessBackend(), job={"job": "resnet18-cifar10",
+                             "gpu_type": "t4", "local_batch_size": 64})))
+
+Decisions, all returned to Tune's controller (which acts on them):
+- Rungs (ASHA): at `grace_period * eta**k` iterations a trial goes on only while it is in the
+  top 1/eta of the trials that reached that rung; otherwise it pauses (keeping its checkpoint)
+  and is promoted when later results rank it there.
+- Starting trials: a new trial starts only while the time left exceeds
+  `base iteration time * min(furthest rung * eta, max_t)`: a trial that cannot reach the rungs
+  that matter by the deadline is not worth its GPUs.
+- Resources: once no new trial is worth starting, GPUs nobody holds go to the most promising
+  running trial, as many as perfcast's scaling predictions say get it furthest by the deadline
+  after paying for the pause and restart (`ScalingAdvisor`); without a backend trials keep
+  their size.
+- Exploitation: when nothing runs and nothing may start, the best paused trial resumes and
+  trains to `max_t` without rung pauses.
+- At the deadline every trial stops; the search also ends when a trial has trained to `max_t`
+  and nothing else is left to run.
+The clock starts when the first trial is added. `num_gpus` is the search's GPU budget: the
+scheduler never has trials holding more at once (pass logical GPUs on a CPU machine).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ray.tune.execution.placement_groups import PlacementGroupFactory
+from ray.tune.experiment import Trial
+from ray.tune.schedulers import TrialScheduler
+
+from perfcast.errors import PerfcastError
+from perfcast.predictor.backend import PredictionBackend
+from perfcast.scheduler.tune.rungs import Rungs
+from perfcast.scheduler.tune.scaling import ScalingAdvisor
+
+
+@dataclass
+class _TrialState:
+    gpus: int
+    ran: bool = False  # has reported a result (a PENDING one is being resumed by Tune)
+    iteration_s: list[float] = field(default_factory=list)  # at the current size
+    waiting: bool = False  # paused at a rung, not promotable when paused
+    exploit: bool = False  # resumed to train to max_t without rung pauses
+    resize_to: int | None = None
+    paused_at: float | None = None  # when a resize paused it (to measure restarts)
+
+
+class HyperSched(TrialScheduler):
+    def __init__(
+        self,
+        deadline_s: float,
+        num_gpus: int,
+        *,
+        metric: str | None = None,
+        mode: str | None = None,
+        time_attr: str = "training_iteration",
+        max_t: float = 27,
+        grace_period: float = 1,
+        reduction_factor: int = 3,
+        backend: PredictionBackend | None = None,
+        job: Mapping[str, Any] | None = None,
+        max_gpus_per_trial: int | None = None,
+        gpus_per_node: int = 8,
+        restart_s: float = 2.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__()
+        if deadline_s <= 0:
+            raise PerfcastError(f"deadline_s must be positive, got {deadline_s}")
+        if num_gpus < 1:
+            raise PerfcastError(f"num_gpus (the search's GPU budget) must be >= 1, got {num_gpus}")
+        if mode not in (None, "max", "min"):
+            raise PerfcastError(f"mode must be 'max' or 'min', got {mode!r}")
+        if (backend is None) != (job is None):
+            raise PerfcastError(
+                "resizing needs both a prediction backend and the job row describing a trial"
+            )
+        self.deadline_s, self.num_gpus = deadline_s, num_gpus
+        self._metric, self._mode = metric, mode
+        self.time_attr, self.max_t = time_attr, max_t
+        self.rungs = Rungs(grace_period, max_t, reduction_factor)
+        self.advisor = ScalingAdvisor(backend, job, gpus_per_node) if backend and job else None
+        self.max_gpus_per_trial = max_gpus_per_trial or num_gpus
+        self.restart_s = restart_s
+        self._restarts: list[float] = []
+        self._clock = clock
+        self._start: float | None = None
+        self._trials: dict[str, _TrialState] = {}
+        self._base_iteration_s: list[float] = []  # seconds per iteration at the base size
+        self._base_gpus: int | None = None
+        self._over = False
+        self._trained_in_full = False  # some trial reached max_t
+        self._supports_buffered_results = False  # every result is a decision point
+
+    # -- Tune's search properties ------------------------------------------------------------
+
+    def set_search_properties(self, metric: str | None, mode: str | None, **spec: Any) -> bool:
+        if (self._metric and metric) or (self._mode and mode):
+            return False
+        self._metric = self._metric or metric
+        self._mode = self._mode or mode
+        return True
+
+    def _score(self, result: Mapping[str, Any]) -> float:
+        if self._metric is None or self._mode is None:
+            raise PerfcastError("HyperSched needs metric and mode (here or in TuneConfig)")
+        if self._metric not in result:
+            raise PerfcastError(f"trial result lacks the metric {self._metric!r}")
+        value = float(result[self._metric])
+        return value if self._mode == "max" else -value
+
+    # -- clock ---------------------------------------------------------------------------------
+
+    def time_left(self) -> float:
+        if self._start is None:
+            return self.deadline_s
+        return self._start + self.deadline_s - self._clock()
+
+    def _base_iteration(self) -> float | None:
+        return statistics.median(self._base_iteration_s) if self._base_iteration_s else None
+
+    def worth_starting(self) -> bool:
+        """HyperSched's rule: a new trial must be able to reach the rungs that matter."""
+        left = self.time_left()
+        if self._over or left <= 0:
+            return False
+        base = self._base_iteration()
+        if base is None:
+            return True
+        needed = base * min(self.rungs.furthest() * self.rungs.eta, self.max_t)
+        return left >= needed
+
+    # -- Tune hooks ------------------------------------------------------------------------------
+
+    def on_trial_add(self, tune_controller: Any, trial: Trial) -> None:
+        if self._start is None:
+            self._start = self._clock()
+        gpus = _gpus(trial)
+        if self._base_gpus is None:
+            self._base_gpus = gpus
+        if gpus > self.num_gpus:
+            raise PerfcastError(
+                f"trial {trial} asks for {gpus} GPUs, more than the budget num_gpus={self.num_gpus}"
+            )
+        self._trials.setdefault(trial.trial_id, _TrialState(gpus))
+
+    def on_trial_result(self, tune_controller: Any, trial: Trial, result: dict) -> str:
+        state = self._trials[trial.trial_id]
+        state.ran = True
+        if state.paused_at is not None:  # first result after a resize: measure the restart
+            seconds = self._clock() - state.paused_at - float(result.get("time_this_iter_s", 0))
+            self._restarts.append(max(seconds, 0.0))
+            state.paused_at = None
+        if "time_this_iter_s" in result:
+            state.iteration_s.append(float(result["time_this_iter_s"]))
+            if state.gpus == self._base_gpus:
+                self._base_iteration_s.append(float(result["time_this_iter_s"]))
+        if self.time_left() <= 0:
+            self._over = True
+            return TrialScheduler.STOP
+        t = float(result[self.time_attr])
+        new_rungs = self.rungs.record(trial.trial_id, t, self._score(result))
+        if t >= self.max_t:
+            self._trained_in_full = True
+            return TrialScheduler.STOP
+        if new_rungs and not state.exploit and not self.rungs.promotable(trial.trial_id):
+            state.waiting = True
+            return TrialScheduler.PAUSE
+        target = self._resize_target(tune_controller, trial, t)
+        if target != state.gpus:
+            state.resize_to, state.paused_at = target, self._clock()
+            return TrialScheduler.PAUSE
+        return TrialScheduler.CONTINUE
+
+    def on_trial_complete(self, tune_controller: Any, trial: Trial, result: dict) -> None:
+        if result and float(result.get(self.time_attr, 0)) >= self.max_t:
+            self._trained_in_full = True
+        self._trials.pop(trial.trial_id, None)
+
+    def on_trial_error(self, tune_controller: Any, trial: Trial) -> None:
+        self._trials.pop(trial.trial_id, None)
+
+    def on_trial_remove(self, tune_controller: Any, trial: Trial) -> None:
+        self._trials.pop(trial.trial_id, None)
+
+    def choose_trial_to_run(self, tune_controller: Any) -> Trial | None:
+        trials = [t for t in tune_controller.get_trials() if t.trial_id in self._trials]
+        if self.time_left() <= 0:
+            self._over = True
+        if self._over:
+            self._stop(tune_controller, [t for t in trials if t.status in _WAITING])
+            return None
+        if not self.worth_starting():
+            # Tune starts every PENDING trial it has room for; one that cannot matter any more
+            # must be removed to be kept from starting
+            fresh = [
+                t for t in trials if t.status == Trial.PENDING and not self._trials[t.trial_id].ran
+            ]
+            self._stop(tune_controller, fresh)
+            trials = [t for t in trials if t not in fresh]
+        free = self.free_gpus(trials)
+        paused = [t for t in trials if t.status == Trial.PAUSED]
+        for trial in paused:  # resizes first: they were running a moment ago
+            state = self._trials[trial.trial_id]
+            if state.resize_to is not None and state.resize_to <= free:
+                return self._apply_resize(trial, state)
+        waiting = [t for t in paused if self._trials[t.trial_id].waiting]
+        promotable = [t for t in waiting if self.rungs.promotable(t.trial_id)]
+        for trial in sorted(promotable, key=self._promise, reverse=True):
+            if self._trials[trial.trial_id].gpus <= free:
+                self._trials[trial.trial_id].waiting = False
+                return trial
+        pending = [t for t in trials if t.status == Trial.PENDING]
+        if pending:
+            return pending[0]
+        if any(t.status == Trial.RUNNING for t in trials) or self._search_may_add(tune_controller):
+            return None
+        if waiting and not self._trained_in_full:
+            # stuck: the time left trains the most promising paused trial in full
+            best = max(waiting, key=self._promise)
+            state = self._trials[best.trial_id]
+            state.waiting, state.exploit = False, True
+            return best
+        self._over = True  # nothing left worth running: the search ends before the deadline
+        self._stop(tune_controller, paused)
+        return None
+
+    def debug_string(self) -> str:
+        furthest = self.rungs.furthest()
+        return (
+            f"HyperSched: {max(self.time_left(), 0):.0f} s to the deadline, "
+            f"furthest rung {furthest:g}, rungs {[len(s) for s in self.rungs.scores]}"
+        )
+
+    # -- decisions -------------------------------------------------------------------------------
+
+    def free_gpus(self, trials: list[Trial]) -> int:
+        """The budget minus what running trials and trials Tune is placing hold."""
+        held = sum(
+            self._trials[t.trial_id].gpus
+            for t in trials
+            if t.status == Trial.RUNNING
+            or (t.status == Trial.PENDING and self._trials[t.trial_id].ran)
+        )
+        return self.num_gpus - held
+
+    def _promise(self, trial: Trial) -> tuple[int, float]:
+        return self.rungs.rung_of(trial.trial_id), self.rungs.score_of(trial.trial_id)
+
+    def _resize_target(self, tune_controller: Any, trial: Trial, t: float) -> int:
+        state = self._trials[trial.trial_id]
+        if self.advisor is None or not state.iteration_s:
+            return state.gpus
+        trials = [x for x in tune_controller.get_trials() if x.trial_id in self._trials]
+        if self.worth_starting() and (
+            any(x.status == Trial.PENDING and not self._trials[x.trial_id].ran for x in trials)
+            or self._search_may_add(tune_controller)
+        ):
+            return state.gpus  # GPUs still go to new trials
+        promotable = [
+            x
+            for x in trials
+            if x.status == Trial.PAUSED
+            and self._trials[x.trial_id].waiting
+            and self.rungs.promotable(x.trial_id)
+        ]
+        free = self.free_gpus(trials) - sum(self._trials[x.trial_id].gpus for x in promotable)
+        running = [x for x in trials if x.status == Trial.RUNNING]
+        if free <= 0 or max(running, key=self._promise) is not trial:
+            return state.gpus
+        most = min(self.max_gpus_per_trial, state.gpus + free)
+        restart = statistics.mean(self._restarts) if self._restarts else self.restart_s
+        return self.advisor.best_gpus(
+            state.gpus,
+            most,
+            iteration_s=statistics.median(state.iteration_s[-3:]),
+            iterations_left=self.max_t - t,
+            time_left_s=self.time_left(),
+            restart_s=restart,
+        )
+
+    def _apply_resize(self, trial: Trial, state: _TrialState) -> Trial:
+        bundle = dict(trial.placement_group_factory.bundles[0])
+        cpu_per_gpu = bundle.get("CPU", 0) / max(state.gpus, 1)
+        bundle.update({"GPU": state.resize_to, "CPU": cpu_per_gpu * state.resize_to})
+        trial.placement_group_factory = None  # as ResourceChangingScheduler does
+        trial.update_resources(PlacementGroupFactory([bundle]))
+        state.gpus, state.resize_to, state.iteration_s = state.resize_to, None, []
+        return trial
+
+    def _search_may_add(self, tune_controller: Any) -> bool:
+        search = getattr(tune_controller, "search_alg", None)
+        return search is not None and not search.is_finished()
+
+    def _stop(self, tune_controller: Any, trials: list[Trial]) -> None:
+        for trial in trials:
+            tune_controller.stop_trial(trial)
+
+
+_WAITING = (Trial.PENDING, Trial.PAUSED)
+
+
+def _gpus(trial: Trial) -> int:
+    if trial.placement_group_factory is None:
+        trial.create_placement_group_factory()
+    return int(trial.placement_group_factory.required_resources.get("GPU", 0))
