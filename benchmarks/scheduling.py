@@ -20,6 +20,7 @@ from perfcast.datasets.io import write_table
 from perfcast.datasets.registry import registry
 from perfcast.errors import PerfcastError
 from perfcast.paths import state_dir
+from perfcast.scheduler.cli import backend_factory
 from perfcast.scheduler.core.cluster import ClusterSpec
 from perfcast.scheduler.sim.run import prepare_workload, run_simulation
 from perfcast.training.trainer import train
@@ -57,7 +58,9 @@ def one(trace: str, cluster: str, max_jobs: int | None, load: float, policy: str
     spec = ClusterSpec.parse(cluster)
     workload = prepare_workload(trace, spec, load=load, max_jobs=max_jobs)
     start = time.perf_counter()
-    run = run_simulation(workload, spec, policy, predictor=predictor)
+    run = run_simulation(
+        workload, spec, policy, backend=backend_factory(predictor), predictor=predictor
+    )
     return run.summary, time.perf_counter() - start
 
 

@@ -1,4 +1,8 @@
-"""`perfcast simulate`: replay a trace on a simulated cluster under a scheduling policy."""
+"""`perfcast simulate`: replay a trace on a simulated cluster under a scheduling policy.
+
+The command line is the top layer: here a predictor name becomes a prediction backend (the
+in-process champions from `perfcast.training`, the HTTP client from `perfcast.serving`, or the
+oracle), so the simulator below imports neither."""
 
 from __future__ import annotations
 
@@ -11,10 +15,55 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 from rich.table import Table
 
-from perfcast.scheduler.backends import BACKENDS
+from perfcast.errors import PerfcastError
+from perfcast.predictor.backend import PredictionBackend
 from perfcast.scheduler.core.cluster import ClusterSpec
-from perfcast.scheduler.policies import policy_names
-from perfcast.scheduler.sim.run import prepare_workload, run_simulation, write_outputs
+from perfcast.scheduler.policies import parse_policy_options, policy_names
+from perfcast.scheduler.sim.costs import Costs
+from perfcast.scheduler.sim.run import (
+    BackendFactory,
+    oracle_backend,
+    prepare_workload,
+    run_simulation,
+    write_outputs,
+)
+from perfcast.scheduler.sim.workload import Workload
+
+BACKENDS: tuple[str, ...] = ("inprocess", "http", "oracle")
+DEFAULT_COSTS = Costs()
+
+
+def backend_factory(name: str, url: str = "http://127.0.0.1:8000") -> BackendFactory:
+    """The prediction backend a predictor name means: `inprocess` (champion models in memory),
+    `http` (the prediction service at `url`) or `oracle` (true values)."""
+    if name == "oracle":
+        return oracle_backend
+    if name == "inprocess":
+        try:
+            from perfcast.training.inprocess import InProcessBackend
+        except ImportError as err:
+            raise PerfcastError(
+                f"the in-process predictors are not available ({err}); use --predictor oracle"
+            ) from None
+
+        def inprocess(workload: Workload) -> PredictionBackend:
+            return InProcessBackend()
+
+        return inprocess
+    if name == "http":
+        try:
+            from perfcast.serving.client import PerfcastClient
+        except ImportError as err:
+            raise PerfcastError(
+                f"the HTTP client is not available ({err}); use --predictor inprocess or oracle"
+            ) from None
+
+        def http(workload: Workload) -> PredictionBackend:
+            return PerfcastClient(url)
+
+        return http
+    raise PerfcastError(f"unknown predictor {name!r}; choose one of {', '.join(BACKENDS)}")
+
 
 app = typer.Typer(no_args_is_help=True)
 console = Console(stderr=True)
@@ -52,6 +101,19 @@ def simulate(
         float | None,
         typer.Option(help="Decide only every N seconds (fixed rounds); default: after events."),
     ] = None,
+    policy_option: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="A policy parameter KEY=VALUE, repeatable (e.g. tiresias thresholds=57600, "
+            "or thresholds=3600,36000 for two)."
+        ),
+    ] = None,
+    restart_s: Annotated[
+        float, typer.Option(help="Seconds a preempted job pays to resume (checkpoint-restart).")
+    ] = DEFAULT_COSTS.restart_s,
+    start_s: Annotated[
+        float, typer.Option(help="Seconds a job pays at its first start (Pollux's artifact: 30).")
+    ] = DEFAULT_COSTS.start_s,
     out: Annotated[
         Path | None, typer.Option(help="Folder for metrics.json, jobs.csv and jct_cdf.png.")
     ] = None,
@@ -62,6 +124,9 @@ def simulate(
     """Simulate a trace: jobs progress at measured step times; the policy decides from the
     chosen predictions. Prints the JCT, queueing, utilization and fairness figures."""
     spec = ClusterSpec.parse(cluster)
+    options = parse_policy_options(policy_option or [])
+    backend = backend_factory(predictor, url)
+    costs = Costs(restart_s=restart_s, start_s=start_s)
     workload = prepare_workload(trace, spec, load=load, max_jobs=max_jobs, seed=seed)
     if workload.dropped:
         for why, count in workload.dropped.items():
@@ -82,8 +147,17 @@ def simulate(
                 bar.update(task, completed=done)
                 last[0] = done
 
-        run = run_simulation(workload, spec, policy, predictor=predictor, url=url,
-                             on_progress=progress, round_s=round_s)  # fmt: skip
+        run = run_simulation(
+            workload,
+            spec,
+            policy,
+            policy_options=options,
+            backend=backend,
+            predictor=predictor,
+            costs=costs,
+            on_progress=progress,
+            round_s=round_s,
+        )
     table = Table(title=f"{trace} on {spec}, {policy} ({run.summary['predictor']} predictions)")
     table.add_column("metric")
     table.add_column("value", justify="right")

@@ -60,12 +60,13 @@ def run(
 ) -> SimResult:
     """`policy` (built with `options`) on `workload`, deciding with oracle predictions."""
     spec_ = ClusterSpec.parse(spec)
-    options = dict(options or {})
-    if policy == "gandiva":
-        options.setdefault("memory_mb", workload.interference.memory_mb)
     predictor = JobPredictor(
         OracleBackend(workload.scaling, workload.interference, workload.jobs), gpus_per_node=4
     )
     return simulate(
-        workload, spec_, make_policy(policy, **options), predictor=predictor, costs=Costs(**costs)
+        workload,
+        spec_,
+        make_policy(policy, **(options or {})),
+        predictor=predictor,
+        costs=Costs(**costs),
     )

@@ -19,7 +19,12 @@ from perfcast.scheduler.core import (
 )
 from perfcast.scheduler.core.cluster import ClusterSpecError
 from perfcast.scheduler.core.jobs import JobTable
-from perfcast.scheduler.core.loop import ConsolidatedPlacement, apply_decision
+from perfcast.scheduler.core.loop import (
+    ConsolidatedPlacement,
+    SchedulingLoop,
+    SchedulingPolicy,
+    apply_decision,
+)
 
 
 def job(job_id: str, gpus: int = 1, submit: float = 0.0) -> Job:
@@ -98,3 +103,22 @@ def test_keep_running_schedule_leaves_unlisted_jobs_alone():
     ctx = RoundContext(1.0, cluster, jobs)
     ConsolidatedPlacement().place(Schedule([Allocation("b", 2, 64)], keep_running=True), ctx)
     assert jobs["a"].status is JobStatus.RUNNING and jobs["b"].status is JobStatus.RUNNING
+
+
+def test_a_progress_report_for_an_unknown_job_is_ignored_not_a_crash(caplog):
+    # issue 15: a report for a job the loop does not know (core/loop.py raised KeyError)
+    cluster = ClusterState(ClusterSpec.parse("1x1:v100"))
+
+    class Idle(SchedulingPolicy):
+        def schedule(self, ctx):
+            return []
+
+    class NoExecutor:
+        def apply(self, decisions, jobs, now):
+            pass
+
+    loop = SchedulingLoop(cluster, Idle(), NoExecutor())
+    with caplog.at_level("WARNING"):
+        loop.report_progress("ghost", 10.0, 1.0)
+    assert "ghost" in caplog.text
+    assert len(loop.jobs) == 0

@@ -40,3 +40,18 @@ def test_bad_cluster_spec_is_a_clear_error(tmp_path):
     )
     assert result.exit_code == 2
     assert "cluster spec '8 by 8'" in result.output
+
+
+def test_policy_options_reach_the_policy_and_bad_ones_are_clear_errors(tmp_path):
+    trace = tmp_path / "t.csv"
+    trace.write_text("job_id,submit_time_s,num_gpus,duration_s\na,0,1,10\n")
+    base = ["simulate", "--trace", str(trace), "--cluster", "1x1:v100", "--policy", "tiresias"]
+    ok = runner.invoke(app, [*base, "--policy-option", "thresholds=57600", "--start-s", "30"])
+    assert ok.exit_code == 0, ok.output
+    # the one job waits for nobody: its JCT is its 10 s plus the 30 s start delay
+    assert "40.000" in ok.stdout
+    bad = runner.invoke(app, [*base, "--policy-option", "threshold=57600"])
+    assert bad.exit_code == 2
+    assert "no option threshold" in bad.output and "thresholds" in bad.output
+    malformed = runner.invoke(app, [*base, "--policy-option", "57600"])
+    assert malformed.exit_code == 2 and "KEY=VALUE" in malformed.output

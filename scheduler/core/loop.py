@@ -7,9 +7,10 @@ The same loop drives the simulator and the Ray cluster.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from perfcast.scheduler.core.cluster import ClusterState, GpuSlot
 from perfcast.scheduler.core.decisions import Decision, Migrate, Resize, Run, Suspend
@@ -18,6 +19,8 @@ from perfcast.scheduler.core.jobs import Job, JobState, JobStatus, JobTable, Sha
 
 if TYPE_CHECKING:
     from perfcast.scheduler.core.predictions import JobPredictor
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,23 +101,35 @@ class AdmissionControl(Protocol):
         ...
 
 
-class SchedulingPolicy(Protocol):
-    name: str
-    needs_predictions: bool
+class SchedulingPolicy:
+    """The base of every policy (as Ray Tune's `TrialScheduler`): `schedule` decides, the loop
+    and the executor act. The optional hooks are declared here with no-op defaults, so the
+    loop and the simulator call them on any policy without looking them up."""
+
+    name: str = ""
+    needs_predictions: bool = False
+    prediction_tasks: tuple[str, ...] = ()  # prediction tasks it asks for (`duration`, ...)
+    placement: JobPlacement | None = None  # its own placement, else the loop's default
+
+    def configure(self, workload: Any) -> None:
+        """Adapt to what a run brings before it starts (the simulator passes its `Workload`:
+        jobs and measured catalogs). Default: nothing to adapt."""
 
     def schedule(self, ctx: RoundContext) -> list[Allocation]:
         """The jobs that should hold GPUs after this round, highest priority first. Running jobs
         left out are suspended (unless the answer is a `Schedule` with `keep_running`); waiting
         jobs listed are started if placement finds GPUs."""
-        ...
+        raise NotImplementedError
 
-
-class StoppingPolicy(Protocol):
-    """A policy that may end jobs before their work is done (hypersched stops trials)."""
+    def next_wakeup(self, ctx: RoundContext) -> float | None:
+        """When the policy wants a round although no job arrives or finishes (Tiresias's
+        demotions), or None. Default: never."""
+        return None
 
     def stopped(self, ctx: RoundContext) -> list[str]:
-        """Jobs to end now, running or waiting; called after each round."""
-        ...
+        """Jobs to end now, running or waiting, before their work is done (hypersched stops
+        trials); called after each round. Default: none."""
+        return []
 
 
 class JobPlacement(Protocol):
@@ -138,7 +153,7 @@ class ConsolidatedPlacement:
     def place(self, schedule: Sequence[Allocation], ctx: RoundContext) -> None:
         wanted = {a.job_id: a for a in schedule}
         jobs = ctx.jobs
-        keep = getattr(schedule, "keep_running", False)
+        keep = isinstance(schedule, Schedule) and schedule.keep_running
         if not keep:
             for state in list(jobs.running()):
                 if state.job_id not in wanted:
@@ -195,7 +210,7 @@ class SchedulingLoop:
         self.cluster, self.policy, self.executor = cluster, policy, executor
         self.predictor = predictor
         self.admission = admission or AcceptAll()
-        self.placement = placement or getattr(policy, "placement", None) or ConsolidatedPlacement()
+        self.placement = placement or policy.placement or ConsolidatedPlacement()
         self.jobs = JobTable()
         self.rejected: list[Job] = []
 
@@ -219,8 +234,14 @@ class SchedulingLoop:
         return ctx.decisions
 
     def report_progress(self, job_id: str, samples_done: float, now: float) -> None:
-        """The executor's account of a job's progress (samples done so far)."""
-        self.jobs[job_id].samples_done = samples_done
+        """The executor's account of a job's progress (samples done so far). A report for a
+        job the loop does not know (a worker of a job from before a restart, say) is logged and
+        ignored: it must not bring the scheduler down."""
+        state = self.jobs.all.get(job_id)
+        if state is None:
+            log.warning("progress report for unknown job %r ignored", job_id)
+            return
+        state.samples_done = samples_done
 
     def job_finished(self, job_id: str, now: float) -> JobState:
         """Release a finished job's GPUs and mark it done."""

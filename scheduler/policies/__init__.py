@@ -9,8 +9,9 @@ builds one and `policy_names()` lists them. A policy implements
 from __future__ import annotations
 
 import importlib
+import inspect
 import pkgutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from perfcast.errors import PerfcastError
@@ -51,9 +52,48 @@ def policy_names() -> list[str]:
     return sorted(_POLICIES)
 
 
+class PolicyOptionError(PerfcastError):
+    """A policy option that the policy does not take, or a value it cannot read."""
+
+
 def make_policy(name: str, **options: Any) -> SchedulingPolicy:
     """A new policy `name` built with `options`."""
     names = policy_names()
     if name not in _POLICIES:
         raise UnknownPolicyError(f"unknown policy {name!r}; choose one of {', '.join(names)}")
-    return _POLICIES[name](**options)
+    cls = _POLICIES[name]
+    known = set(inspect.signature(cls).parameters)
+    unknown = sorted(set(options) - known)
+    if unknown:
+        takes = ", ".join(sorted(known)) or "none"
+        raise PolicyOptionError(
+            f"policy {name!r} has no option {', '.join(unknown)}; its options: {takes}"
+        )
+    return cls(**options)
+
+
+def parse_policy_options(pairs: Sequence[str]) -> dict[str, Any]:
+    """`key=value` strings from the command line: numbers become floats (ints when whole),
+    comma-separated numbers tuples, `true`/`false` booleans; anything else stays a string."""
+    options: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        if not sep or not key.strip():
+            raise PolicyOptionError(f"policy option {pair!r}: expected KEY=VALUE")
+        options[key.strip()] = _option_value(text.strip())
+    return options
+
+
+def _option_value(text: str) -> Any:
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    parts = text.split(",")
+    try:
+        numbers = [float(p) for p in parts]
+    except ValueError:
+        return text
+    values = tuple(
+        int(v) if v.is_integer() and "." not in p else v
+        for v, p in zip(numbers, parts, strict=True)
+    )
+    return values if len(parts) > 1 else values[0]

@@ -19,7 +19,7 @@ from collections import Counter
 from perfcast.errors import PerfcastError
 from perfcast.optimizer.elastic import ElasticJob, allocate
 from perfcast.scheduler.core.jobs import JobState
-from perfcast.scheduler.core.loop import Allocation, RoundContext
+from perfcast.scheduler.core.loop import Allocation, RoundContext, SchedulingPolicy
 from perfcast.scheduler.core.predictions import ScalingKey
 from perfcast.scheduler.policies import register
 
@@ -35,7 +35,7 @@ def gpu_options(state: JobState, total_gpus: int) -> list[int]:
 
 
 @register("elastic")
-class ElasticPolicy:
+class ElasticPolicy(SchedulingPolicy):
     needs_predictions = True
     prediction_tasks = ("scaling",)
 

@@ -4,12 +4,12 @@ preempts."""
 
 from __future__ import annotations
 
-from perfcast.scheduler.core.loop import Allocation, RoundContext, Schedule
+from perfcast.scheduler.core.loop import Allocation, RoundContext, Schedule, SchedulingPolicy
 from perfcast.scheduler.policies import register
 
 
 @register("fifo")
-class FifoPolicy:
+class FifoPolicy(SchedulingPolicy):
     needs_predictions = False
 
     def schedule(self, ctx: RoundContext) -> Schedule:

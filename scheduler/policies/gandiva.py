@@ -17,11 +17,18 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from perfcast.scheduler.core.cluster import GpuSlot
 from perfcast.scheduler.core.decisions import Migrate
 from perfcast.scheduler.core.jobs import JobState, JobStatus
-from perfcast.scheduler.core.loop import Allocation, ConsolidatedPlacement, RoundContext, Schedule
+from perfcast.scheduler.core.loop import (
+    Allocation,
+    ConsolidatedPlacement,
+    RoundContext,
+    Schedule,
+    SchedulingPolicy,
+)
 from perfcast.scheduler.policies import register
 
 # GPU memory (MB) of the GPU types in the shipped data (vendor specifications).
@@ -97,7 +104,7 @@ def _alone(state: JobState, ctx: RoundContext) -> bool:
 
 
 @register("gandiva")
-class GandivaPolicy:
+class GandivaPolicy(SchedulingPolicy):
     needs_predictions = True
     prediction_tasks = ("interference",)
 
@@ -106,6 +113,12 @@ class GandivaPolicy:
         self.timeslice = timeslice
         self.placement = GandivaPlacement()
         self._memory: dict[tuple[str, int], float | None] = {}
+
+    def configure(self, workload: Any) -> None:
+        """Packing needs each job type's memory: unless given one, take the workload's
+        measured figures (none without pair data: then it only time-slices)."""
+        if self.memory_mb is None and workload.interference:
+            self.memory_mb = workload.interference.memory_mb
 
     def _memory_of(self, state: JobState) -> float | None:
         key = (state.job.job_type, state.batch_size // max(state.job.num_gpus, 1))

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from perfcast.errors import PerfcastError
 from perfcast.scheduler.core.jobs import JobState, JobStatus
-from perfcast.scheduler.core.loop import Allocation, RoundContext, Schedule
+from perfcast.scheduler.core.loop import Allocation, RoundContext, Schedule, SchedulingPolicy
 from perfcast.scheduler.policies import register
 
 
@@ -46,7 +46,7 @@ class _Search:
 
 
 @register("hypersched")
-class HyperSchedPolicy:
+class HyperSchedPolicy(SchedulingPolicy):
     needs_predictions = True
     prediction_tasks = ("duration",)
 

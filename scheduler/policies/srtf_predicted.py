@@ -17,13 +17,13 @@ import numpy as np
 
 from perfcast.errors import PerfcastError
 from perfcast.scheduler.core.jobs import JobState
-from perfcast.scheduler.core.loop import RoundContext, Schedule
+from perfcast.scheduler.core.loop import RoundContext, Schedule, SchedulingPolicy
 from perfcast.scheduler.policies import register
 from perfcast.scheduler.policies.common import priority_schedule
 
 
 @register("srtf-predicted")
-class SrtfPredictedPolicy:
+class SrtfPredictedPolicy(SchedulingPolicy):
     needs_predictions = True
     prediction_tasks = ("duration",)
 

@@ -13,7 +13,7 @@ import bisect
 from collections.abc import Sequence
 
 from perfcast.scheduler.core.jobs import JobState
-from perfcast.scheduler.core.loop import RoundContext, Schedule
+from perfcast.scheduler.core.loop import RoundContext, Schedule, SchedulingPolicy
 from perfcast.scheduler.policies import register
 from perfcast.scheduler.policies.common import priority_schedule
 
@@ -22,11 +22,13 @@ DEFAULT_THRESHOLDS = (3600.0, 36000.0)
 
 
 @register("tiresias")
-class TiresiasPolicy:
+class TiresiasPolicy(SchedulingPolicy):
     needs_predictions = False
 
-    def __init__(self, thresholds: tuple[float, ...] = DEFAULT_THRESHOLDS) -> None:
-        self.thresholds = tuple(sorted(thresholds))
+    def __init__(self, thresholds: float | tuple[float, ...] = DEFAULT_THRESHOLDS) -> None:
+        # one number is one threshold (two queues), as the Pollux artifact's 16 GPU-hours
+        values = (thresholds,) if isinstance(thresholds, int | float) else thresholds
+        self.thresholds = tuple(sorted(float(t) for t in values))
 
     def queue_of(self, attained_gpu_s: float) -> int:
         return bisect.bisect_right(self.thresholds, attained_gpu_s)

@@ -284,14 +284,13 @@ def simulate(
         origin = workload.origin_s
         return math.ceil((t + origin) / round_s - _EPS) * round_s - origin
 
+    policy.configure(workload)
     cluster = ClusterState(spec)
     executor = SimulatedExecutor(workload, cluster, costs or Costs())
     loop = SchedulingLoop(cluster, policy, executor, predictor=predictor)
     jobs = sorted(workload.jobs, key=lambda j: j.submit_time_s)
     total, arrived, finished, rounds, decisions = len(jobs), 0, 0, 0, 0
     acc = executor.accounting
-    wakeup = getattr(policy, "next_wakeup", None)
-    stopping = getattr(policy, "stopped", None)
     timer: float | None = None
     tick: float | None = None  # the next round when rounds are on a fixed grid
     now = jobs[0].submit_time_s if jobs else 0.0
@@ -338,14 +337,14 @@ def simulate(
             tick = None
         decisions += len(loop.round(now))
         rounds += 1
-        if stopping and (ended := stopping(loop.context(now))):
+        if ended := policy.stopped(loop.context(now)):
             for job_id in ended:
                 executor.stop(loop.jobs[job_id], now, loop.jobs)
                 loop.job_finished(job_id, now)
                 finished += 1
             executor.refresh(loop.jobs, now)
             decisions += len(loop.round(now))  # the freed GPUs go to others at once
-        timer = wakeup(loop.context(now)) if wakeup else None
+        timer = policy.next_wakeup(loop.context(now))
         if timer is not None and timer <= now:
             timer = None
         if timer is not None and round_s is not None:

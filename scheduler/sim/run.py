@@ -1,18 +1,23 @@
-"""One simulation from names: trace, cluster spec, policy and predictor. The CLI and the
-benchmark both go through `run_simulation`."""
+"""One simulation from names: trace, cluster spec, policy (and its options) and a prediction
+backend factory. The CLI and the benchmark both go through `run_simulation`; which backend a
+name means (in-process models, the HTTP service) is the command line's choice
+(`scheduler/cli.py`), so this module depends on no layer above the scheduler."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
 from perfcast.datasets.io import write_table
-from perfcast.scheduler.backends import make_backend
+from perfcast.predictor.backend import PredictionBackend
 from perfcast.scheduler.core.cluster import ClusterSpec, ClusterState
 from perfcast.scheduler.core.predictions import JobPredictor
+from perfcast.scheduler.oracle import OracleBackend
 from perfcast.scheduler.policies import make_policy
 from perfcast.scheduler.sim import hpsearch
 from perfcast.scheduler.sim.costs import Costs
@@ -52,26 +57,34 @@ def prepare_workload(
     )
 
 
+BackendFactory = Callable[[Workload], PredictionBackend]
+
+
+def oracle_backend(workload: Workload) -> PredictionBackend:
+    """True values: what perfect predictions would give."""
+    return OracleBackend(workload.scaling, workload.interference, workload.jobs)
+
+
 def run_simulation(
     workload: Workload,
     spec: ClusterSpec,
     policy_name: str,
     *,
+    policy_options: dict[str, Any] | None = None,
+    backend: BackendFactory = oracle_backend,
     predictor: str = "oracle",
-    url: str = "http://127.0.0.1:8000",
     costs: Costs | None = None,
     on_progress: ProgressCallback | None = None,
     round_s: float | None = None,
 ) -> SimRun:
-    options = {}
-    if policy_name == "gandiva":  # packing needs measured memory; none without pair data
-        options["memory_mb"] = workload.interference.memory_mb if workload.interference else None
-    policy = make_policy(policy_name, **options)
+    """Simulate `workload` under `policy_name` built with `policy_options`; a policy that
+    needs predictions decides with `backend(workload)`, reported as `predictor`."""
+    policy = make_policy(policy_name, **(policy_options or {}))
     job_predictor = None
     if policy.needs_predictions:
         gpus_per_node = max(g.gpus_per_node for g in spec.groups)
-        job_predictor = JobPredictor(make_backend(predictor, workload, url), gpus_per_node)
-        if "duration" in getattr(policy, "prediction_tasks", ()):
+        job_predictor = JobPredictor(backend(workload), gpus_per_node)
+        if "duration" in policy.prediction_tasks:
             # a job's duration prediction depends only on what is known at its submission, so
             # the simulator asks for all of them in one batch instead of one call per arrival
             job_predictor.durations(workload.jobs)
