@@ -1,7 +1,8 @@
 """Accuracy of every task × model family × split against simple baselines measured in the same
-run, plus prediction speed. Writes section `accuracy` of docs/BENCHMARKS.md.
+run, plus prediction speed. Writes one section per task,
+`accuracy-<task>`, of docs/BENCHMARKS.md.
 
-    .venv/bin/python -m benchmarks.accuracy [--quick]
+    .venv/bin/python -m benchmarks.accuracy [--quick] [--task scaling] [--split cluster]
 
 Baselines: train mean (every task); perfect linear scaling from one GPU (scaling: the job's
 one-GPU step time at the same local batch, i.e. no synchronization cost); roofline (runtime:
@@ -27,11 +28,29 @@ from perfcast.predictor import make_predictor
 from perfcast.training.evaluation import truth_and_predictions
 from perfcast.training.metrics import regression_metrics
 
-SCALING_DATA = ["pollux-scaling", "gavel-scaling", "muri-scaling"]
+SCALING_DATA = ["pollux-scaling", "gavel-scaling", "muri-scaling", "sia-scaling"]
 
 
 def _scaling_rows() -> pd.DataFrame:
-    return pd.concat([datasets.load(n) for n in SCALING_DATA], ignore_index=True)
+    """The scaling datasets, each row with its `cluster` (a dataset without one is a cluster)."""
+    parts = []
+    for name in SCALING_DATA:
+        rows = datasets.load(name)
+        if "cluster" not in rows.columns:
+            rows = rows.assign(cluster=name.removesuffix("-scaling"))
+        parts.append(rows)
+    return pd.concat(parts, ignore_index=True)
+
+
+def leave_one_cluster_out_folds(rows: pd.DataFrame):
+    """The scaling headline: a cluster whose GPUs and links the model has not seen scale. For
+    each cluster: train on the other clusters plus its one-GPU rows, test on its multi-GPU
+    rows. Yields (train, test, cluster)."""
+    multi = (rows["num_gpus"] > 1).to_numpy()
+    for cluster in sorted(rows["cluster"].unique()):
+        held = multi & (rows["cluster"] == cluster).to_numpy()
+        if held.any():
+            yield np.flatnonzero(~held), np.flatnonzero(held), cluster
 
 
 def new_gpu_folds(rows: pd.DataFrame):
@@ -90,12 +109,14 @@ def baselines(task: str, train: pd.DataFrame, test: pd.DataFrame) -> dict[str, n
 
 
 def run_case(task: str, kind: str, rows: pd.DataFrame, split: str, families, fold_iter):
-    """Pooled metrics per family and per baseline over the folds."""
+    """Pooled metrics per family and per baseline over the folds; folds that yield a third
+    item (a label, e.g. the held-out cluster) also get rows of their own, after the pooled."""
     truths: list[np.ndarray] = []
+    labels: list[str | None] = []
     preds: dict[str, list[pd.DataFrame]] = {f: [] for f in families}
     base: dict[str, list[np.ndarray]] = {}
     fit_s = dict.fromkeys(families, 0.0)
-    for train_idx, test_idx in fold_iter:
+    for train_idx, test_idx, *label in fold_iter:
         train, test = rows.iloc[train_idx], rows.iloc[test_idx]
         for family in families:
             start = time.perf_counter()
@@ -104,17 +125,29 @@ def run_case(task: str, kind: str, rows: pd.DataFrame, split: str, families, fol
             truth, predicted = truth_and_predictions(predictor, test)
             preds[family].append(predicted)
         truths.append(truth)
+        labels.append(label[0] if label else None)
         for name, values in baselines(task, train, test).items():
             base.setdefault(name, []).append(values)
-    y = np.concatenate(truths)
+    groups = [(split, slice(None))]
+    if any(label is not None for label in labels):
+        ends = np.cumsum([len(t) for t in truths])
+        groups += [
+            (f"{split}: {label}", slice(end - len(t), end))
+            for label, t, end in zip(labels, truths, ends, strict=True)
+        ]
+    y_all = np.concatenate(truths)
     out = []
-    for family in families:
-        p = pd.concat(preds[family], ignore_index=True)
-        m = regression_metrics(y, p["y"], p["y_p10"], p["y_p90"])
-        out.append({"task": task, "split": split, "model": family, **m, "fit_s": fit_s[family]})
-    for name, values in base.items():
-        out.append({"task": task, "split": split, "model": f"baseline: {name}",
-                    **regression_metrics(y, np.concatenate(values))})  # fmt: skip
+    for name, part in groups:
+        y = y_all[part]
+        for family in families:
+            p = pd.concat(preds[family], ignore_index=True).iloc[part]
+            m = regression_metrics(y, p["y"], p["y_p10"], p["y_p90"])
+            out.append({"task": task, "split": name, "model": family, **m,
+                        "median_p90_p10": float(np.median(p["y_p90"] / p["y_p10"])),
+                        "fit_s": fit_s[family] if part == slice(None) else np.nan})  # fmt: skip
+        for baseline, values in base.items():
+            out.append({"task": task, "split": name, "model": f"baseline: {baseline}",
+                        **regression_metrics(y, np.concatenate(values)[part])})  # fmt: skip
     return out
 
 
@@ -135,7 +168,10 @@ def main() -> None:
     parser.add_argument(
         "--task",
         choices=["scaling", "interference", "runtime", "duration"],
-        help="only this task's cases, printed and not written to docs/BENCHMARKS.md",
+        help="only this task's cases (its section of docs/BENCHMARKS.md)",
+    )
+    parser.add_argument(
+        "--split", help="only the cases whose split contains this text, printed and not written"
     )
     args = parser.parse_args()
     tab = ("gbm",) if args.quick else ("gbm", "fcn")
@@ -145,6 +181,8 @@ def main() -> None:
     graphs = datasets.load("neusight-graphs")
     philly = datasets.load("pollux-philly")
     cases = [
+        ("scaling", "scaling", scaling, "leave one cluster out", tab,
+         leave_one_cluster_out_folds(scaling)),
         ("scaling", "scaling", scaling, "random", tab, folds(scaling, "scaling", "random")),
         ("scaling", "scaling", scaling, "new GPU, 1-GPU rows only", tab, new_gpu_folds(scaling)),
         ("scaling", "scaling", scaling, "new job, 1-GPU rows only", tab, new_job_folds(scaling)),
@@ -159,46 +197,79 @@ def main() -> None:
     ]  # fmt: skip
     if args.task:
         cases = [case for case in cases if case[0] == args.task]
+    if args.split:
+        cases = [case for case in cases if args.split in case[3]]
     results = []
     for task, kind, rows, split, families, fold_iter in track(cases, description="accuracy"):
         results.extend(run_case(task, kind, rows, split, families, fold_iter))
     table = pd.DataFrame(results)
-    if args.task:
-        print(table.drop(columns=["rmse", "r2"], errors="ignore").to_string())
+    print(table.drop(columns=["rmse", "r2"], errors="ignore").to_string())
+    if args.split:
         return
+    data = {
+        "scaling": ", ".join(SCALING_DATA),
+        "interference": "gavel-interference",
+        "runtime": "neusight-graphs",
+        "duration": "pollux-philly",
+    }
+    for task, part in table.groupby("task", sort=False):
+        speeds = [
+            f"- {task} {family}: {speed(task, rows, family):,.0f} rows/s (one batch of 100,000 "
+            "rows)"
+            for name, rows in (("scaling", scaling), ("interference", interference))
+            if name == task
+            for family in tab
+        ]
+        body = (
+            f"Data: {data[task]}. {SPLITS[task]}\n\n"
+            + "\n".join(_table_lines(part))
+            + ("\n\nBatch prediction speed (2 cores, includes contract validation and "
+               "features):\n" + "\n".join(speeds) if speeds else "")
+        )  # fmt: skip
+        command = f"python -m benchmarks.accuracy --task {task}" + (
+            " --quick" if args.quick else ""
+        )
+        write_section(f"accuracy-{task}", f"Prediction accuracy against baselines: {task}",
+                      command, body)  # fmt: skip
+
+
+# How each task's splits are built, stated under its table.
+SPLITS = {
+    "scaling": "Metrics pooled over the folds. Leave one cluster out (the headline): each "
+    "cluster's multi-GPU rows tested with its one-GPU rows and every other cluster in training "
+    "(clusters: pollux = T4, gavel = K80/P100/V100, muri = V100, sia-rtx = RTX 2080 Ti, "
+    "sia-quad = Quadro RTX 6000), pooled then per held-out cluster; random: 5-fold; new GPU: "
+    "each GPU type's multi-GPU rows with its one-GPU rows in training, for jobs whose scaling "
+    "was measured on another GPU type; new job: 5 groups of jobs, their multi-GPU rows tested "
+    "with their one-GPU rows in training. Width: the median p90/p10 of the predicted "
+    "intervals.",
+    "interference": "Metrics pooled over the folds (random: 5-fold; job: 5 groups of "
+    "workloads, both jobs of a test pair unseen). Both jobs' speeds count as rows. Width: the "
+    "median p90/p10 of the predicted intervals.",
+    "runtime": "Metrics pooled over the folds (random: 5-fold; leave one GPU out: every device "
+    "once). Width: the median p90/p10 of the predicted intervals.",
+    "duration": "Metrics pooled over the folds (random: 3-fold). Width: the median p90/p10 of "
+    "the predicted intervals.",
+}
+
+
+def _table_lines(table: pd.DataFrame) -> list[str]:
     lines = [
-        "| task | split | model | n | MAPE % | MAE | Spearman | p10-p90 coverage "
+        "| split | model | n | MAPE % | MAE | Spearman | p10-p90 coverage | width p90/p10 "
         "| fit s (all folds) |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in table.itertuples():
         coverage = getattr(r, "interval_coverage", np.nan)
+        width = getattr(r, "median_p90_p10", np.nan)
         cov = "" if pd.isna(coverage) else f"{coverage:.0%}"
+        wide = "" if pd.isna(width) else f"{width:.2f}"
         fit = "" if pd.isna(r.fit_s) else f"{r.fit_s:.1f}"
         lines.append(
-            f"| {r.task} | {r.split} | {r.model} | {r.n} | {r.mape:.1f} | {r.mae:.4g} "
-            f"| {r.spearman:.3f} | {cov} | {fit} |"
+            f"| {r.split} | {r.model} | {r.n} | {r.mape:.1f} | {r.mae:.4g} "
+            f"| {r.spearman:.3f} | {cov} | {wide} | {fit} |"
         )
-    speeds = [
-        f"- {task} {family}: {speed(task, rows, family):,.0f} rows/s (one batch of 100,000 rows)"
-        for task, rows in (("scaling", scaling), ("interference", interference))
-        for family in tab
-    ]
-    body = (
-        "Data: scaling = " + ", ".join(SCALING_DATA) + "; interference = gavel-interference; "
-        "runtime = neusight-graphs; duration = pollux-philly. Metrics pooled over the folds "
-        "(random: 5-fold; job: 5 groups of workloads, both jobs of a test pair unseen; "
-        "leave one GPU out: every device once; new GPU: each GPU type's multi-GPU rows with "
-        "its one-GPU rows in training, for jobs whose scaling was measured on another GPU type; "
-        "new job: 5 groups of jobs, their multi-GPU rows tested with their one-GPU rows in "
-        "training). Interference counts both jobs' speeds as rows.\n\n"
-        + "\n".join(lines)
-        + "\n\nBatch prediction speed (2 cores, includes contract validation and features):\n"
-        + "\n".join(speeds)
-    )
-    command = "python -m benchmarks.accuracy" + (" --quick" if args.quick else "")
-    write_section("accuracy", "Prediction accuracy against baselines", command, body)
-    print(table.to_string())
+    return lines
 
 
 if __name__ == "__main__":

@@ -128,3 +128,76 @@ def ridge_point(peak_tflops: float, mem_bw_gbps: float) -> float:
     if not (peak_tflops > 0 and mem_bw_gbps > 0) or math.isnan(peak_tflops):
         return float("nan")
     return float(np.float64(peak_tflops) * 1e12 / (mem_bw_gbps * 1e9))
+
+
+@dataclass(frozen=True)
+class Interconnect:
+    """How fast gradients move between a job's GPUs, in GB/s (gigabytes, as `mem_bw_gbps`):
+    `intra_node_bw_gbps` one GPU's link to its node's other GPUs (one direction), and
+    `inter_node_bw_gbps` one node's network (one direction). `basis` says where the figures
+    come from; 'assumed' marks a figure the data's source does not state."""
+
+    intra_node_bw_gbps: float
+    inter_node_bw_gbps: float
+    basis: str
+
+
+INTERCONNECT_COLUMNS = ("intra_node_bw_gbps", "inter_node_bw_gbps")
+_PCIE3 = 15.75  # PCIe gen3 x16, one direction
+_PCIE4 = 31.5  # PCIe gen4 x16
+
+# (gpu_type, cluster) -> links. `cluster` None is the GPU type's usual server, used for rows
+# naming no cluster (or one not listed here). A row's own `intra_node_bw_gbps` /
+# `inter_node_bw_gbps` values win over this table. A GPU type absent here has no facts: its
+# multi-GPU predictions fall back to the one-GPU time and carry the flag `no_interconnect_facts`.
+INTERCONNECTS: dict[tuple[str, str | None], Interconnect] = {
+    ("t4", "pollux"): Interconnect(
+        _PCIE3, 6.25, "Pollux testbed, AWS g4dn.12xlarge: 4 T4 on PCIe gen3, 50 Gbit/s network"
+    ),
+    ("k80", "gavel"): Interconnect(_PCIE3, 1.25, "assumed: PCIe gen3, 10 Gbit/s Ethernet"),
+    ("p100", "gavel"): Interconnect(_PCIE3, 1.25, "assumed: PCIe gen3, 10 Gbit/s Ethernet"),
+    ("v100", "gavel"): Interconnect(150.0, 3.125, "assumed: NVLink 2, 25 Gbit/s Ethernet"),
+    ("v100", "muri"): Interconnect(
+        150.0, 12.5, "Muri testbed, 8 V100 per node; assumed NVLink 2, 100 Gbit/s InfiniBand"
+    ),
+    ("rtx2080ti", "sia-rtx"): Interconnect(
+        _PCIE3, 5.0, "Sia testbed, 8 RTX 2080 Ti per node; assumed PCIe gen3, 40 Gbit/s"
+    ),
+    ("rtx6000", "sia-quad"): Interconnect(
+        _PCIE3, 5.0, "Sia testbed, one node of Quadro RTX 6000; assumed PCIe gen3"
+    ),
+    ("k80", None): Interconnect(_PCIE3, 1.25, "PCIe gen3 server, 10 Gbit/s Ethernet"),
+    ("p4", None): Interconnect(_PCIE3, 1.25, "PCIe gen3 server, 10 Gbit/s Ethernet"),
+    ("p100", None): Interconnect(_PCIE3, 3.125, "PCIe gen3 server, 25 Gbit/s Ethernet"),
+    ("t4", None): Interconnect(_PCIE3, 6.25, "PCIe gen3 server, 50 Gbit/s network"),
+    ("v100", None): Interconnect(150.0, 12.5, "DGX-1/SXM2: NVLink 2, 100 Gbit/s InfiniBand"),
+    ("rtx2080ti", None): Interconnect(_PCIE3, 3.125, "PCIe gen3 server, 25 Gbit/s Ethernet"),
+    ("rtx6000", None): Interconnect(_PCIE3, 3.125, "PCIe gen3 server, 25 Gbit/s Ethernet"),
+    ("a40", None): Interconnect(_PCIE4, 12.5, "PCIe gen4 server, 100 Gbit/s network"),
+    ("l4", None): Interconnect(_PCIE4, 6.25, "PCIe gen4 server, 50 Gbit/s network"),
+    ("a100", None): Interconnect(300.0, 200.0, "DGX A100: NVLink 3, 8 x 200 Gbit/s HDR"),
+    ("a100-80gb", None): Interconnect(300.0, 200.0, "DGX A100: NVLink 3, 8 x 200 Gbit/s HDR"),
+    ("h100", None): Interconnect(450.0, 400.0, "DGX H100: NVLink 4, 8 x 400 Gbit/s NDR"),
+}
+
+
+def interconnect_frame(rows: pd.DataFrame) -> pd.DataFrame:
+    """`intra_node_bw_gbps`, `inter_node_bw_gbps` for each row: the row's own values where
+    given, else INTERCONNECTS at (gpu_type, cluster), else at (gpu_type, None); NaN where
+    nothing is known."""
+    clusters = rows["cluster"] if "cluster" in rows.columns else pd.Series("", index=rows.index)
+    pairs = rows["gpu_type"].astype(str) + "\x00" + clusters.fillna("").astype(str)
+    codes, distinct = pd.factorize(pairs)  # a batch of candidates has few distinct pairs
+    facts = np.full((len(distinct), 2), np.nan)
+    for i, pair in enumerate(distinct):
+        gpu, cluster = pair.split("\x00")
+        name = canonical_device(gpu)
+        found = INTERCONNECTS.get((name, cluster or None)) or INTERCONNECTS.get((name, None))
+        if found:
+            facts[i] = (found.intra_node_bw_gbps, found.inter_node_bw_gbps)
+    out = pd.DataFrame(facts[codes], index=rows.index, columns=list(INTERCONNECT_COLUMNS))
+    for column in INTERCONNECT_COLUMNS:
+        if column in rows.columns:
+            own = pd.to_numeric(rows[column], errors="coerce")
+            out[column] = own.where(own > 0).fillna(out[column])
+    return out

@@ -27,11 +27,34 @@ from typing import Self
 import numpy as np
 import pandas as pd
 
-from perfcast.features.devices import SPEC_COLUMNS, fill_specs
+from perfcast.features.devices import SPEC_COLUMNS, fill_specs, interconnect_frame
 
 _KEY = ["job", "gpu_type"]
 _CONFIG = ["job", "num_gpus", "num_nodes", "gpus_per_node"]
 _ROW_KEY = [*_CONFIG, "gpu_type", "local_batch_size"]
+BYTES_PER_PARAM = 4  # fp32 gradients, as data-parallel frameworks all-reduce them
+
+# Parameters (millions) of the models the shipped datasets name, for the gradient bytes of a
+# job whose synchronization was never measured (a row's own `params_m` wins). Counts of the
+# reference implementations: torchvision (resnet18/50, vgg16/19, shufflenet_v2_x1_0), the
+# CIFAR ResNet-18 (kuangliu/pytorch-cifar), BERT-base, GPT-2 small, YOLOv3 (Darknet-53),
+# CycleGAN (two ResNet-9 generators, two PatchGAN discriminators), the Nature-DQN CNN (dqn,
+# a2c). Models whose size the datasets leave open (deepspeech2, ncf, lstm, ...) are absent.
+MODEL_PARAMS_M: dict[str, float] = {
+    "resnet18": 11.69,
+    "resnet18-cifar10": 11.17,
+    "resnet50-imagenet": 25.56,
+    "vgg16": 138.36,
+    "vgg19": 143.67,
+    "shufflenet_v2_x1_0": 2.28,
+    "bert": 110.0,
+    "bert-squad": 110.0,
+    "gpt2": 124.4,
+    "yolov3-voc": 61.9,
+    "cyclegan-monet2photo": 28.3,
+    "dqn": 1.7,
+    "a2c": 1.7,
+}
 
 
 def gpus_per_node_of(rows: pd.DataFrame) -> pd.Series:
@@ -84,10 +107,71 @@ class ScalingFeatures:
             )
             for config, part in sync.groupby("config", sort=False)
         }
+        self._fit_gradient_bytes(ref, t1)
         self.jobs_ = pd.Index(sorted(ref["job"].unique()))
         many = ref.loc[ref["num_gpus"] > 1, _KEY].drop_duplicates()
         self.scaled_ = set(zip(many["job"].tolist(), many["gpu_type"].tolist(), strict=True))
         return self
+
+    def _fit_gradient_bytes(self, ref: pd.DataFrame, t1: np.ndarray) -> None:
+        """What each job's synchronization moves, as the bytes a ring all-reduce over the
+        rows' links would move in its measured overhead (`effective bytes`: overlap with
+        backward and link efficiency folded in), per (job, multi-node, GPU type); and, per
+        multi-node, the median ratio of effective to nominal bytes (parameters x 4) over the
+        jobs of known size, for jobs never measured on several GPUs."""
+        seconds_per_byte = ring_seconds_per_byte(ref)
+        overhead = ref["step_time_s"].to_numpy(dtype=float) - t1
+        ok = (seconds_per_byte > 0) & np.isfinite(overhead)
+        table = pd.DataFrame(
+            {
+                "job": ref["job"].to_numpy()[ok],
+                "multi_node": (ref["num_nodes"].to_numpy() > 1)[ok],
+                "gpu_type": ref["gpu_type"].to_numpy()[ok],
+                "bytes": np.clip(overhead[ok], 0, None) / seconds_per_byte[ok],
+                "nominal": nominal_gradient_bytes(ref)[ok],
+            }
+        )
+        per_gpu = table.groupby(["job", "multi_node", "gpu_type"], as_index=False).median()
+        self.bytes_ = {
+            key: dict(zip(part["gpu_type"], part["bytes"], strict=True))
+            for key, part in per_gpu.groupby(["job", "multi_node"], sort=False)
+        }
+        known = per_gpu[per_gpu["nominal"] > 0]
+        self.efficiency_ = {
+            multi_node: float(np.median(part["bytes"] / part["nominal"]))
+            for multi_node, part in known.groupby("multi_node")
+        }
+
+    def _gradient_bytes(self, job: str, multi_node: bool, gpu: str, nominal: float) -> float:
+        """Effective bytes of `job` from its measured overheads on other GPU types (the same
+        node spread first, then the other one rescaled by the two spreads' efficiencies),
+        else its nominal bytes times the fitted efficiency; NaN when neither is known."""
+        ratio = self.efficiency_.get(multi_node, np.nan) / self.efficiency_.get(
+            not multi_node, np.nan
+        )
+        for spread, scale in ((multi_node, 1.0), (not multi_node, ratio)):
+            others = [b for g, b in self.bytes_.get((job, spread), {}).items() if g != gpu]
+            if others and np.isfinite(scale):
+                return float(np.median(others) * scale)
+        return float(nominal * self.efficiency_.get(multi_node, np.nan))
+
+    def comm_seconds(self, rows: pd.DataFrame) -> np.ndarray:
+        """Synchronization time per step predicted from what moves (effective gradient bytes)
+        over what it moves through (the rows' links); NaN without links or bytes, 0 on one
+        GPU."""
+        seconds_per_byte = ring_seconds_per_byte(rows)
+        multi = (rows["num_nodes"] > 1).to_numpy()
+        nominal = nominal_gradient_bytes(rows)
+        codes, first = _distinct([rows["job"], multi, rows["gpu_type"], nominal])
+        keys = zip(
+            rows["job"].to_numpy()[first].tolist(),
+            multi[first].tolist(),
+            rows["gpu_type"].to_numpy()[first].tolist(),
+            nominal[first].tolist(),
+            strict=True,
+        )
+        moved = np.array([self._gradient_bytes(*key) for key in keys], dtype=float)[codes]
+        return np.where(seconds_per_byte == 0, 0.0, moved * seconds_per_byte)
 
     def uncharted(self, rows: pd.DataFrame) -> np.ndarray:
         """Multi-GPU rows whose job was never measured on more than one GPU of their type in
@@ -161,7 +245,11 @@ class ScalingFeatures:
         t1 = found["t1"].to_numpy()
         same = np.full(len(rows), np.nan) if new_gpu else found["same"].to_numpy()
         cross = found["cross"].to_numpy()
-        overhead = np.clip(np.where(np.isfinite(same), same, cross), 0, None)
+        comm = self.comm_seconds(rows)
+        # the same GPU's measured overhead, else the communication model, else the overhead
+        # of the same configuration on other GPU types as is, else none (perfect scaling)
+        overhead = np.where(np.isfinite(comm), comm, cross)
+        overhead = np.clip(np.where(np.isfinite(same), same, overhead), 0, None)
         base = t1 + np.nan_to_num(overhead)
         gpus = rows["num_gpus"].to_numpy(dtype=float)
         nodes = rows["num_nodes"].to_numpy(dtype=float)
@@ -177,6 +265,8 @@ class ScalingFeatures:
             "log_overhead_ratio": np.log1p(overhead / t1),
             "has_overhead": np.isfinite(overhead).astype(float),
             "overhead_from_other_gpu": (~np.isfinite(same) & np.isfinite(cross)).astype(float),
+            "overhead_from_comm_model": (~np.isfinite(same) & np.isfinite(comm)).astype(float),
+            "log_comm_ratio": np.log1p(comm / t1),
             "log_t1_vs_ref": np.log(t1) - found["log_t1_ref"].to_numpy(),
         }
         for column in SPEC_COLUMNS:
@@ -195,6 +285,27 @@ class ScalingFeatures:
         X = pd.DataFrame(columns, index=rows.index)
         X["job"] = pd.Categorical(rows["job"], categories=self.jobs_)
         return X, np.log(base)
+
+
+def nominal_gradient_bytes(rows: pd.DataFrame) -> np.ndarray:
+    """Parameters x 4 bytes per row: the row's `params_m`, else MODEL_PARAMS_M; NaN unknown."""
+    params = rows["job"].map(MODEL_PARAMS_M).astype(float)
+    if "params_m" in rows.columns:
+        own = pd.to_numeric(rows["params_m"], errors="coerce")
+        params = own.where(own > 0).fillna(params)
+    return params.to_numpy(dtype=float) * 1e6 * BYTES_PER_PARAM
+
+
+def ring_seconds_per_byte(rows: pd.DataFrame) -> np.ndarray:
+    """Seconds a ring all-reduce spends per gradient byte: 2 (n - 1) / n bytes cross the
+    slowest link of the ring, the intra-node link on one node, the network (or the intra-node
+    link, if slower) across nodes; 0 on one GPU, NaN where the links are unknown."""
+    links = interconnect_frame(rows)
+    intra = links["intra_node_bw_gbps"].to_numpy()
+    inter = np.fmin(intra, links["inter_node_bw_gbps"].to_numpy())
+    link = np.where(rows["num_nodes"].to_numpy() > 1, inter, intra) * 1e9
+    n = rows["num_gpus"].to_numpy(dtype=float)
+    return np.where(n > 1, 2 * (n - 1) / n / link, 0.0)
 
 
 def _distinct(columns: list) -> tuple[np.ndarray, np.ndarray]:

@@ -21,7 +21,33 @@ from perfcast.errors import ContractError
 # The shape of the predictors' learned state. Bump it whenever a change to a predictor or its
 # features would make a model saved by an earlier perfcast unreadable or wrong: champions saved
 # in another format are not loaded (training/model_store.py), and the next training replaces them.
-MODEL_FORMAT = 4  # 4: modules moved under perfcast.* (pickles name their classes by module)
+MODEL_FORMAT = 5  # 5: scaling learns gradient bytes and flags its rows (4: perfcast.* modules)
+
+# What a model knows of a prediction row: `predict_interval` frames carry a string column
+# `flags`, comma-separated tokens from this vocabulary in this order ("" when none), and the
+# interval is wider on flagged rows. Each task adds its own tokens here, so all share one list.
+FLAGS: dict[str, str] = {
+    # scaling
+    "new_job": "the job was never seen in training",
+    "new_gpu_type": "the GPU type was never seen in training",
+    "unmeasured_config": "this job's scaling was never measured on several GPUs of this type",
+    "extrapolated_gpus": "more GPUs than any training row of this job (or of any job) used",
+    "extrapolated_batch": "a local batch outside the range measured for this job and GPU type",
+    "no_interconnect_facts": "no link bandwidths for this GPU type: the step time is the "
+    "one-GPU time (perfect scaling) with a wide interval",
+    "monotonic_guard": "raised to the step time predicted for a slower GPU or a smaller batch "
+    "of the same job and configuration",
+    # interference
+    "new_workload": "a job of the pair was never seen in training: its slowdown is shrunk "
+    "toward none (speed 1.0) by what its utilization counters or model family support, and "
+    "p10 keeps the full learned slowdown",
+    "new_model_family": "no utilization counters for both jobs and a model family never seen "
+    "in training: only part of the learned slowdown is applied",
+    # duration
+    "new_trace": "the job's trace (`source`) was not among the training traces: the "
+    "prediction is shrunk toward the training median as far as the cross-trace check "
+    "found the model carries over, with the cross-trace interval",
+}
 
 
 class TaskPredictor(BaseEstimator, ABC):
@@ -71,6 +97,18 @@ class TaskPredictor(BaseEstimator, ABC):
         clean = validate(probe, self.kind, source=f"{self.task} prediction rows")
         clean.index = rows.index  # predictions stay aligned with the caller's rows
         return clean.drop(columns=[t for t in self.targets if t not in rows.columns])
+
+
+def flags_column(flags: dict[str, np.ndarray], n: int) -> np.ndarray:
+    """The `flags` column from one boolean array per token (keys from FLAGS)."""
+    unknown = set(flags) - set(FLAGS)
+    if unknown:
+        raise ValueError(f"flags outside the FLAGS vocabulary: {sorted(unknown)}")
+    out = np.full(n, "", dtype=object)
+    for token in (t for t in FLAGS if t in flags):
+        on = np.asarray(flags[token], dtype=bool)
+        out[on] = np.where(out[on] == "", token, out[on] + "," + token)
+    return out
 
 
 def interval_frame(

@@ -8,11 +8,16 @@ import numpy as np
 import pandas as pd
 from sklearn.base import clone
 
-from perfcast.features.scaling import ScalingFeatures
-from perfcast.predictor.base import TaskPredictor, interval_frame
+from perfcast.features.devices import interconnect_frame, spec_frame
+from perfcast.features.scaling import ScalingFeatures, gpus_per_node_of
+from perfcast.predictor.base import TaskPredictor, flags_column, interval_frame
 from perfcast.predictor.regressors import QUANTILES, make_regressor
 
 COVERAGE = QUANTILES[2] - QUANTILES[0]
+# p90/p50 and p50/p10 at least this on rows of a job or GPU type never seen: nothing measured
+# calibrates them, and a narrow interval there would claim knowledge the model lacks
+UNSEEN_SPREAD = 2.0
+_CONFIG = ["job", "num_gpus", "num_nodes", "gpus_per_node"]
 
 
 class ScalingPredictor(TaskPredictor):
@@ -43,8 +48,22 @@ class ScalingPredictor(TaskPredictor):
             self.new_gpu_margin_ = self._new_gpu_margin(rows)
         self.direct_model_ = make_regressor(self.model, random_state=self.random_state)
         self.direct_model_.fit(X, log_y)
+        self._fit_coverage(rows)
         self.fitted_ = True
         return self
+
+    def _fit_coverage(self, rows: pd.DataFrame) -> None:
+        """What the training rows cover, for the flags: GPU types, measured configurations
+        (job, GPU, GPUs, nodes, GPUs per node, batch), each job's largest GPU count and each
+        (job, GPU type)'s batch range."""
+        rows = rows.assign(gpus_per_node=gpus_per_node_of(rows))
+        self.gpu_types_ = frozenset(rows["gpu_type"])
+        measured = rows[[*_CONFIG, "gpu_type", "local_batch_size"]].drop_duplicates()
+        self.measured_ = frozenset(measured.itertuples(index=False, name=None))
+        self.max_gpus_ = rows.groupby("job")["num_gpus"].max().to_dict()
+        self.max_gpus_any_ = int(rows["num_gpus"].max())
+        batches = rows.groupby(["job", "gpu_type"])["local_batch_size"].agg(["min", "max"])
+        self.batch_range_ = {key: (lo, hi) for key, lo, hi in batches.itertuples(name=None)}
 
     def _new_gpu_margin(self, rows: pd.DataFrame) -> float | None:
         """Conformal margin for the rows a new GPU presents (`ScalingFeatures.uncharted`).
@@ -80,6 +99,7 @@ class ScalingPredictor(TaskPredictor):
 
     def _predict_interval(self, rows: pd.DataFrame) -> pd.DataFrame:
         X, log_base = self.features_.transform(rows)
+        flags = self._flags(rows, X)
         out = np.empty((3, len(X)))
         has_base = np.isfinite(log_base)
         if self.ratio_model_ is None:
@@ -99,7 +119,85 @@ class ScalingPredictor(TaskPredictor):
         if (~has_base).any():
             out[:, ~has_base] = np.vstack(self.direct_model_.predict_quantiles(X[~has_base]))
         lo, mid, hi = np.exp(out)
-        return interval_frame(self.targets, rows.index, [(lo, mid, hi)])
+        # no links, no measured scaling: the one-GPU time (perfect scaling) is the answer
+        # never worse than it, with an interval up to twice it
+        t1 = np.exp(X["log_t1"].to_numpy())
+        fallback = flags["no_interconnect_facts"] & np.isfinite(t1)
+        mid = np.where(fallback, t1, mid)
+        lo = np.where(fallback, np.fmin(lo, t1 / UNSEEN_SPREAD**0.5), lo)
+        hi = np.where(fallback, np.fmax(hi, t1 * UNSEEN_SPREAD), hi)
+        unseen = flags["new_job"] | flags["new_gpu_type"]
+        lo = np.where(unseen, np.fmin(lo, mid / UNSEEN_SPREAD), lo)
+        hi = np.where(unseen, np.fmax(hi, mid * UNSEEN_SPREAD), hi)
+        mid, flags["monotonic_guard"] = self._monotonic(rows, mid, flags["measured"])
+        lo, hi = np.fmin(lo, mid), np.fmax(hi, mid)
+        frame = interval_frame(self.targets, rows.index, [(lo, mid, hi)])
+        frame["flags"] = flags_column(
+            {k: v for k, v in flags.items() if k != "measured"}, len(frame)
+        )
+        return frame
+
+    def _flags(self, rows: pd.DataFrame, X: pd.DataFrame) -> dict[str, np.ndarray]:
+        """One boolean array per FLAGS token of the scaling task (and `measured`: the row's
+        configuration and batch are in the training rows)."""
+        gpn = X["gpus_per_node"].to_numpy(dtype=int)
+        keys = rows.assign(gpus_per_node=gpn)[[*_CONFIG, "gpu_type", "local_batch_size"]]
+        measured = np.array([key in self.measured_ for key in keys.itertuples(False, None)])
+        jobs, gpus = rows["job"].to_numpy(), rows["gpu_type"].to_numpy()
+        num_gpus = rows["num_gpus"].to_numpy()
+        multi = num_gpus > 1
+        max_gpus = np.array([self.max_gpus_.get(j, self.max_gpus_any_) for j in jobs])
+        bsz = rows["local_batch_size"].to_numpy(dtype=float)
+        ranges = np.array(
+            [self.batch_range_.get(key, (np.nan, np.nan)) for key in zip(jobs, gpus, strict=True)],
+            dtype=float,
+        ).reshape(-1, 2)
+        links = interconnect_frame(rows).to_numpy()
+        no_links = np.isnan(links).all(axis=1) if multi.any() else np.zeros(len(rows), bool)
+        return {
+            "measured": measured,
+            "new_job": ~rows["job"].isin(self.features_.jobs_).to_numpy(),
+            "new_gpu_type": ~rows["gpu_type"].isin(self.gpu_types_).to_numpy(),
+            "unmeasured_config": multi & ~measured & self.features_.uncharted(rows),
+            "extrapolated_gpus": num_gpus > max_gpus,
+            "extrapolated_batch": (bsz < ranges[:, 0]) | (bsz > ranges[:, 1]),
+            "no_interconnect_facts": multi & no_links & self.features_.uncharted(rows),
+        }
+
+    def _monotonic(
+        self, rows: pd.DataFrame, mid: np.ndarray, measured: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Among the rows of one request with the same job and configuration, a larger local
+        batch is not predicted faster than a smaller one on the same GPU type, and a GPU at
+        least as fast (datasheet FP32 peak and memory bandwidth both no lower) is not predicted
+        slower at the same batch. Rows whose configuration and batch were measured keep their
+        prediction: the measurement may say otherwise. Returns (p50, changed)."""
+        config = pd.MultiIndex.from_frame(
+            rows.assign(gpus_per_node=gpus_per_node_of(rows))[_CONFIG]
+        )
+        group = pd.factorize(config)[0]
+        if len(np.unique(group)) == len(rows):
+            return mid, np.zeros(len(rows), dtype=bool)
+        gpu, gpu_names = pd.factorize(rows["gpu_type"])
+        bsz = rows["local_batch_size"].to_numpy(dtype=float)
+        free = ~measured
+        guarded = mid.copy()
+        # batch: the running maximum over increasing batch within (configuration, GPU type)
+        order = np.lexsort((bsz, gpu, group))
+        floor = pd.Series(guarded[order]).groupby([group[order], gpu[order]]).cummax().to_numpy()
+        guarded[order[free[order]]] = floor[free[order]]
+        # GPU: the minimum over the GPU types this one is at least as fast as, same batch
+        specs = spec_frame(pd.Series(gpu_names))
+        flops, bw = specs["peak_tflops_fp32"].to_numpy(), specs["mem_bw_gbps"].to_numpy()
+        at_least = (flops[:, None] >= flops[None, :]) & (bw[:, None] >= bw[None, :])
+        cell = pd.factorize(pd.MultiIndex.from_arrays([group, bsz]))[0]
+        table = np.full((cell.max() + 1, len(gpu_names)), np.inf)
+        np.minimum.at(table, (cell, gpu), guarded)
+        for code in np.flatnonzero(at_least.sum(axis=1) > 1):
+            these = np.flatnonzero((gpu == code) & free)
+            ceiling = table[cell[these]][:, at_least[code]].min(axis=1)
+            guarded[these] = np.minimum(guarded[these], ceiling)
+        return guarded, guarded != mid
 
 
 def _design(

@@ -8,10 +8,15 @@ import pandas as pd
 import pytest
 import torch
 from conftest import requires_data
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from perfcast import datasets
 from perfcast.errors import ContractError
+from perfcast.features.devices import DEVICES, INTERCONNECTS
+from perfcast.features.scaling import ScalingFeatures
 from perfcast.predictor import FAMILIES, make_predictor
+from perfcast.predictor.base import FLAGS
 
 pytestmark = requires_data
 torch.set_num_threads(1)
@@ -80,6 +85,128 @@ def test_unknown_job_and_gpu_do_not_crash(gavel_scaling: pd.DataFrame) -> None:
     row = gavel_scaling.iloc[:1].assign(job="never-seen-job", gpu_type="b200")
     out = model.predict_interval(row.drop(columns=["step_time_s"]))
     _check_intervals(out, "step_time_s")
+
+
+@pytest.fixture(scope="module")
+def gavel_model(gavel_scaling: pd.DataFrame):
+    return make_predictor("scaling", "gbm").fit(gavel_scaling)
+
+
+def _tokens(frame: pd.DataFrame) -> list[set[str]]:
+    return [set(filter(None, text.split(","))) for text in frame["flags"]]
+
+
+def test_an_unseen_job_on_an_unseen_gpu_is_flagged_and_uncertain(gavel_model) -> None:
+    """The issue's example: my-llama-7b on h100 must not come back as p10 == p50, unflagged."""
+    row = pd.DataFrame(
+        [{"job": "my-llama-7b", "gpu_type": "h100", "num_nodes": 1, "num_gpus": 8,
+          "local_batch_size": 8}]
+    )  # fmt: skip
+    out = gavel_model.predict_interval(row)
+    assert {"new_job", "new_gpu_type", "unmeasured_config"} <= _tokens(out)[0]
+    assert out["step_time_s_p90"].iloc[0] >= 2 * out["step_time_s"].iloc[0]
+    assert out["step_time_s_p10"].iloc[0] <= out["step_time_s"].iloc[0] / 2
+
+
+def test_flags_are_from_the_vocabulary_and_empty_on_measured_rows(
+    gavel_model, gavel_scaling: pd.DataFrame
+) -> None:
+    out = gavel_model.predict_interval(gavel_scaling.drop(columns=["step_time_s"]))
+    assert set().union(*_tokens(out)) <= set(FLAGS)
+    assert (out["flags"] == "").all()  # every row is a training row: nothing to flag
+    more = gavel_scaling.iloc[:1].assign(num_gpus=64, num_nodes=8, placement=None)
+    more = pd.concat([more, gavel_scaling.iloc[:1].assign(local_batch_size=100_000)])
+    tokens = _tokens(gavel_model.predict_interval(more.drop(columns=["step_time_s"])))
+    assert "extrapolated_gpus" in tokens[0] and "extrapolated_batch" in tokens[1]
+
+
+def test_a_gpu_without_interconnect_facts_falls_back_to_perfect_scaling(
+    gavel_scaling: pd.DataFrame,
+) -> None:
+    """K80 renamed to a GPU no table knows, profiled on one GPU only: its multi-GPU step is its
+    one-GPU step at the same batch (never worse than perfect scaling), flagged, with p90 above."""
+    rows = gavel_scaling.assign(
+        gpu_type=gavel_scaling["gpu_type"].replace({"k80": "mystery-accelerator"})
+    )
+    new = rows["gpu_type"] == "mystery-accelerator"
+    single = rows[new & (rows["num_gpus"] == 1)]
+    multi = rows[new & (rows["num_gpus"] > 1)]
+    model = make_predictor("scaling", "gbm").fit(rows[~new | (rows["num_gpus"] == 1)])
+    out = model.predict_interval(multi.drop(columns=["step_time_s"]))
+    one_gpu = single.groupby(["job", "local_batch_size"])["step_time_s"].median()
+    t1 = one_gpu.reindex(pd.MultiIndex.from_frame(multi[["job", "local_batch_size"]]))
+    known = t1.notna().to_numpy()
+    # the guard may raise a larger batch's time to a smaller one's (gavel's one-GPU times are
+    # not monotonic in batch): never below the one-GPU time, equal to it where not raised
+    raised = np.array(["monotonic_guard" in t for t in _tokens(out)])
+    assert known.sum() > 50 and (known & ~raised).sum() > 40
+    p50, t1 = out["step_time_s"].to_numpy(), t1.to_numpy()
+    assert np.allclose(p50[known & ~raised], t1[known & ~raised])
+    assert (p50[known & raised] >= t1[known & raised]).all()
+    assert all("no_interconnect_facts" in t for t in _tokens(out))
+    assert (out["step_time_s_p90"] >= 2 * out["step_time_s"] - 1e-12).all()
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(bw=st.floats(0.5, 500), scale=st.floats(1.5, 8), gpus=st.sampled_from([2, 4, 8]))
+def test_synchronization_time_follows_the_link(gavel_scaling, bw, scale, gpus) -> None:
+    """The communication model's time is the bytes over the link: a link `scale` times faster
+    (a row's own `intra_node_bw_gbps`) takes `scale` times less time; none on one GPU."""
+    features = ScalingFeatures().fit(gavel_scaling)
+    row = pd.DataFrame(
+        {"job": ["resnet50-imagenet"] * 3, "gpu_type": ["a100"] * 3, "num_nodes": [1] * 3,
+         "num_gpus": [gpus, gpus, 1], "intra_node_bw_gbps": [bw, bw * scale, bw]}
+    )  # fmt: skip
+    slow, fast, one = features.comm_seconds(row)
+    assert slow > 0 and one == 0
+    assert fast == pytest.approx(slow / scale, rel=1e-9)
+
+
+# GPU types the monotonicity properties draw from: every datasheet GPU, known or not to gavel;
+# GPU counts gavel never measured, so no row is a measurement the guard must leave alone
+_GPUS = sorted(DEVICES)
+
+
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    job=st.sampled_from(["resnet50-imagenet", "transformer-multi30k", "lstm-wikitext2", "new"]),
+    gpus=st.sampled_from([3, 5, 6, 12]),
+    types=st.lists(st.sampled_from(_GPUS), min_size=1, max_size=5, unique=True),
+    batches=st.lists(st.integers(1, 512), min_size=1, max_size=5, unique=True),
+)
+def test_faster_gpus_and_smaller_batches_are_never_predicted_slower(
+    gavel_model, job, gpus, types, batches
+) -> None:
+    grid = pd.DataFrame(
+        [
+            {"job": job, "gpu_type": g, "num_nodes": 1, "num_gpus": gpus, "local_batch_size": b}
+            for g in types
+            for b in batches
+        ]
+    )
+    out = gavel_model.predict_interval(grid.sample(frac=1.0, random_state=0))
+    p50 = out["step_time_s"].reindex(grid.index).to_numpy()
+    for i, a in grid.iterrows():
+        for j, b in grid.iterrows():
+            fa, fb = DEVICES[a["gpu_type"]], DEVICES[b["gpu_type"]]
+            if a["gpu_type"] == b["gpu_type"] and a["local_batch_size"] < b["local_batch_size"]:
+                assert p50[i] <= p50[j] * (1 + 1e-9)
+            at_least = (
+                fa.peak_tflops_fp32 >= fb.peak_tflops_fp32 and fa.mem_bw_gbps >= fb.mem_bw_gbps
+            )
+            if a["local_batch_size"] == b["local_batch_size"] and at_least:
+                assert p50[i] <= p50[j] * (1 + 1e-9)
+
+
+def test_interconnect_table_covers_the_shipped_clusters() -> None:
+    clusters = {"pollux": "t4", "muri": "v100", "sia-rtx": "rtx2080ti", "sia-quad": "rtx6000"}
+    for cluster, gpu in clusters.items():
+        assert (gpu, cluster) in INTERCONNECTS
+    assert all(gpu in DEVICES for gpu, _ in INTERCONNECTS)
 
 
 def test_bad_prediction_rows_are_refused(gavel_scaling: pd.DataFrame) -> None:
