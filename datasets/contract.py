@@ -57,6 +57,9 @@ SCALING = pa.DataFrameSchema(
         "step_time_s": _req(float, _POS, _FINITE),
         "sync_time_s": _opt(float, _NONNEG, _FINITE),
         "source": _opt(str),
+        "cluster": _opt(str),  # names the links in features.devices.INTERCONNECTS
+        "intra_node_bw_gbps": _opt(float, _POS, _FINITE),  # GB/s, overrides that table
+        "inter_node_bw_gbps": _opt(float, _POS, _FINITE),
     },
     checks=[
         pa.Check(lambda df: df["num_gpus"] >= df["num_nodes"], name="num_gpus >= num_nodes"),
