@@ -19,6 +19,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from perfcast.features.devices import DEVICES, canonical_device
 from perfcast.scheduler.core.cluster import GpuSlot
 from perfcast.scheduler.core.decisions import Migrate
 from perfcast.scheduler.core.jobs import JobState, JobStatus
@@ -31,18 +32,14 @@ from perfcast.scheduler.core.loop import (
 )
 from perfcast.scheduler.policies import register
 
-# GPU memory (MB) of the GPU types in the shipped data (vendor specifications).
-GPU_MEMORY_MB = {
-    "k80": 12 * 1024,
-    "p100": 16 * 1024,
-    "v100": 16 * 1024,
-    "t4": 16 * 1024,
-    "a100": 40 * 1024,
-    "h100": 80 * 1024,
-}
-
 HostClass = tuple[str, str, int]  # (gpu type, job type, local batch)
 MemoryOf = Callable[[str, int], float | None]  # (job type, local batch) -> MB or None
+
+
+def gpu_memory_mb(gpu_type: str) -> float | None:
+    """A GPU type's memory from the one device table (features/devices.py), None if unknown."""
+    spec = DEVICES.get(canonical_device(gpu_type))
+    return None if spec is None else spec.mem_gb * 1024
 
 
 def salus_fits(persistent_mb: Sequence[float], ephemeral_mb: Sequence[float], cap: float) -> bool:
@@ -130,7 +127,7 @@ class GandivaPolicy(SchedulingPolicy):
         """Pack only when it pays (combined normalized throughput > 1) and memory is safe."""
         if not speeds[0] + speeds[1] > 1.0:  # NaN (unmeasured pair) never packs
             return False
-        cap = GPU_MEMORY_MB.get(gpu_type)
+        cap = gpu_memory_mb(gpu_type)
         mem_a, mem_b = self._memory_of(a), self._memory_of(b)
         if cap is None or mem_a is None or mem_b is None:
             return False
