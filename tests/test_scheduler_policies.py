@@ -101,7 +101,9 @@ def test_gandiva_packs_only_when_memory_fits_and_it_pays():
     assert not salus_fits([8000, 5000], [3000, 6000], 16 * 1024)
     packed = gandiva_round(lambda job, batch: 6000.0, (0.8, 0.7))
     assert packed == [Run("guest", ((0, 0),), 32, "pack")]
-    too_big = gandiva_round(lambda job, batch: 9000.0, (0.8, 0.7))  # 18 GB > 16 GB
+    # a V100 has 32 GB (features/devices.py): 2 x 17,000 MB does not fit, 2 x 9,000 MB does
+    assert gandiva_round(lambda job, batch: 9000.0, (0.8, 0.7))[0].share == "pack"
+    too_big = gandiva_round(lambda job, batch: 17000.0, (0.8, 0.7))
     assert too_big == [Run("guest", ((0, 0),), 32, "timeslice")]
     no_gain = gandiva_round(lambda job, batch: 6000.0, (0.5, 0.45))  # sum <= 1
     assert no_gain == [Run("guest", ((0, 0),), 32, "timeslice")]
