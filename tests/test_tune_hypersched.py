@@ -4,6 +4,8 @@ Ray Tune's own scheduler tests (stub trials, a mock controller, results fed by h
 from __future__ import annotations
 
 import itertools
+import pickle
+import threading
 from types import SimpleNamespace
 
 import pandas as pd
@@ -285,3 +287,28 @@ def test_progress_by_deadline_is_bounded_and_monotone(it_s, left, time_left, res
     assert 0 <= p <= left
     assert progress_by_deadline(it_s, left, time_left + more, restart) >= p
     assert progress_by_deadline(it_s, left, time_left, restart + more) <= p
+
+
+def test_the_scheduler_pickles_as_tune_stores_it_without_its_backend() -> None:
+    backend = ScalingTable({1: 1.0, 2: 1.0})
+    sched = hypersched(Clock(), backend=backend, job=JOB, num_gpus=2)
+    sched.advisor.step_times([1, 2])
+    backend.lock = threading.Lock()  # like InProcessBackend: not picklable
+    copy = pickle.loads(pickle.dumps(sched))
+    assert copy.advisor.speedup(1, 2) == 2.0  # what it had asked is kept
+    with pytest.raises(PerfcastError, match="backend"):
+        copy.advisor.step_times([3])
+
+
+def test_the_start_rule_counts_wall_time_between_results_not_only_the_trainables_time() -> None:
+    clock = Clock()
+    sched = hypersched(clock, deadline_s=100.0, max_t=27)
+    ctl = MockController(sched, search_finished=False)
+    trial = ctl.add()
+    for i in range(1, 4):
+        ctl.report(trial, i, 0.5, seconds=0.1)
+        clock.now += 2.0  # Tune's overhead and a busy machine: 2 s per iteration
+    ctl.add()
+    # furthest rung 3 -> a new trial needs 9 iterations: 18 s of wall time, not 0.9 s
+    clock.now = sched._start + 100 - 10
+    assert not sched.worth_starting()

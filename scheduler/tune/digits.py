@@ -54,7 +54,9 @@ class DigitsTrainable(tune.Trainable):
         for i in range(layers):
             blocks += [torch.nn.Linear(64 if i == 0 else width, width), torch.nn.ReLU()]
         self.model = torch.nn.Sequential(*blocks, torch.nn.Linear(width, 10))
-        self.gpus = max(int(self.trial_resources.required_resources.get("GPU", 1)), 1)
+        resources = self.trial_resources  # None outside a Tune run
+        gpus = resources.required_resources.get("GPU", 1) if resources else 1
+        self.gpus = max(int(gpus), 1)
         self.opt = torch.optim.SGD(
             self.model.parameters(),
             lr=float(config["lr"]) * self.gpus,

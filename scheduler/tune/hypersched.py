@@ -47,7 +47,10 @@ from perfcast.scheduler.tune.scaling import ScalingAdvisor
 class _TrialState:
     gpus: int
     ran: bool = False  # has reported a result (a PENDING one is being resumed by Tune)
-    iteration_s: list[float] = field(default_factory=list)  # at the current size
+    # at the current size: wall seconds between results (Tune's overhead included) and the
+    # trainable's own seconds per iteration, (wall, compute) pairs
+    iterations: list[tuple[float, float]] = field(default_factory=list)
+    last_seen: float | None = None  # clock at its last result while it keeps running
     waiting: bool = False  # paused at a rung, not promotable when paused
     exploit: bool = False  # resumed to train to max_t without rung pauses
     resize_to: int | None = None
@@ -95,7 +98,10 @@ class HyperSched(TrialScheduler):
         self._clock = clock
         self._start: float | None = None
         self._trials: dict[str, _TrialState] = {}
-        self._base_iteration_s: list[float] = []  # seconds per iteration at the base size
+        # seconds per iteration at the base size: wall time between two results of a running
+        # trial, and the trainable's own time (a lower bound, until wall times are known)
+        self._base_iteration_s: list[float] = []
+        self._base_compute_s: list[float] = []
         self._base_gpus: int | None = None
         self._over = False
         self._trained_in_full = False  # some trial reached max_t
@@ -126,7 +132,8 @@ class HyperSched(TrialScheduler):
         return self._start + self.deadline_s - self._clock()
 
     def _base_iteration(self) -> float | None:
-        return statistics.median(self._base_iteration_s) if self._base_iteration_s else None
+        known = self._base_iteration_s or self._base_compute_s
+        return statistics.median(known) if known else None
 
     def worth_starting(self) -> bool:
         """HyperSched's rule: a new trial must be able to reach the rungs that matter."""
@@ -154,16 +161,28 @@ class HyperSched(TrialScheduler):
         self._trials.setdefault(trial.trial_id, _TrialState(gpus))
 
     def on_trial_result(self, tune_controller: Any, trial: Trial, result: dict) -> str:
-        state = self._trials[trial.trial_id]
+        state, now = self._trials[trial.trial_id], self._clock()
         state.ran = True
+        compute = float(result.get("time_this_iter_s", 0.0))
         if state.paused_at is not None:  # first result after a resize: measure the restart
-            seconds = self._clock() - state.paused_at - float(result.get("time_this_iter_s", 0))
-            self._restarts.append(max(seconds, 0.0))
+            self._restarts.append(max(now - state.paused_at - compute, 0.0))
             state.paused_at = None
-        if "time_this_iter_s" in result:
-            state.iteration_s.append(float(result["time_this_iter_s"]))
+        if state.last_seen is not None or compute > 0:
+            # what the deadline sees is wall time; the trainable's own time is a lower bound
+            wall = max(now - state.last_seen if state.last_seen is not None else 0.0, compute)
+            state.iterations.append((wall, compute))
             if state.gpus == self._base_gpus:
-                self._base_iteration_s.append(float(result["time_this_iter_s"]))
+                self._base_compute_s.append(compute)
+                if state.last_seen is not None:
+                    self._base_iteration_s.append(wall)
+        state.last_seen = now
+        decision = self._decide(tune_controller, trial, result)
+        if decision != TrialScheduler.CONTINUE:
+            state.last_seen = None
+        return decision
+
+    def _decide(self, tune_controller: Any, trial: Trial, result: dict) -> str:
+        state = self._trials[trial.trial_id]
         if self.time_left() <= 0:
             self._over = True
             return TrialScheduler.STOP
@@ -258,7 +277,7 @@ class HyperSched(TrialScheduler):
 
     def _resize_target(self, tune_controller: Any, trial: Trial, t: float) -> int:
         state = self._trials[trial.trial_id]
-        if self.advisor is None or not state.iteration_s:
+        if self.advisor is None or not state.iterations:
             return state.gpus
         trials = [x for x in tune_controller.get_trials() if x.trial_id in self._trials]
         if self.worth_starting() and (
@@ -282,7 +301,8 @@ class HyperSched(TrialScheduler):
         return self.advisor.best_gpus(
             state.gpus,
             most,
-            iteration_s=statistics.median(state.iteration_s[-3:]),
+            iteration_s=statistics.median(w for w, _ in state.iterations[-3:]),
+            compute_s=statistics.median(c for _, c in state.iterations[-3:]),
             iterations_left=self.max_t - t,
             time_left_s=self.time_left(),
             restart_s=restart,
@@ -294,7 +314,7 @@ class HyperSched(TrialScheduler):
         bundle.update({"GPU": state.resize_to, "CPU": cpu_per_gpu * state.resize_to})
         trial.placement_group_factory = None  # as ResourceChangingScheduler does
         trial.update_resources(PlacementGroupFactory([bundle]))
-        state.gpus, state.resize_to, state.iteration_s = state.resize_to, None, []
+        state.gpus, state.resize_to, state.iterations = state.resize_to, None, []
         return trial
 
     def _search_may_add(self, tune_controller: Any) -> bool:

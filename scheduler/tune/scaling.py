@@ -4,7 +4,8 @@ The trial's workload is described by a `scaling` contract row (`job`, `gpu_type`
 `local_batch_size`, optional `amp` and job features). With the local batch fixed, g data-parallel
 replicas process g local batches per step, so the predicted throughput at g GPUs is
 `g / step_time_s(g)` and an iteration (a fixed amount of data) takes
-`iteration_s * speed(g) / speed(g')` after a resize from g to g'. A resize costs a pause and a
+`compute_s * speed(g) / speed(g')` after a resize from g to g', plus what does not scale (the
+rest of `iteration_s`: Tune's reporting, data loading). A resize costs a pause and a
 restart from the checkpoint (`restart_s`); it pays when the trial then gets further by the
 deadline than it would without it.
 """
@@ -48,9 +49,19 @@ class ScalingAdvisor:
         self.backend, self.job, self.gpus_per_node = backend, dict(job), gpus_per_node
         self._step_s: dict[int, float] = {}  # predictions do not change during a search
 
+    def __getstate__(self) -> dict[str, Any]:
+        # Tune pickles its scheduler with the experiment; a backend holds locks, models or a
+        # connection, so a copy keeps only the predictions it already has.
+        return {**self.__dict__, "backend": None}
+
     def step_times(self, gpu_counts: list[int]) -> dict[int, float]:
         """Predicted seconds per step (p50) at each GPU count."""
         ask = sorted({g for g in gpu_counts if g not in self._step_s})
+        if ask and self.backend is None:
+            raise PerfcastError(
+                "this scheduler was restored from a pickle without its prediction backend; "
+                "create it again with backend=..."
+            )
         if ask:
             rows = pd.DataFrame(
                 [
@@ -78,6 +89,7 @@ class ScalingAdvisor:
         gpus: int,
         most: int,
         iteration_s: float,
+        compute_s: float,
         iterations_left: float,
         time_left_s: float,
         restart_s: float,
@@ -90,7 +102,7 @@ class ScalingAdvisor:
         stay = progress_by_deadline(iteration_s, iterations_left, time_left_s)
         best, best_progress = gpus, stay
         for g in range(gpus + 1, most + 1):
-            new_iteration_s = iteration_s / self.speedup(gpus, g)
+            new_iteration_s = iteration_s - compute_s + compute_s / self.speedup(gpus, g)
             progress = progress_by_deadline(
                 new_iteration_s, iterations_left, time_left_s, restart_s
             )
