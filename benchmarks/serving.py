@@ -6,6 +6,10 @@ Measures (docs/BENCHMARKS.md, section `serving`):
   send time (so queueing is included), errors, achieved rate;
 - one request of 10,000 scaling rows;
 - `POST /v1/recommend` over about 10^5 candidate configurations;
+- overload: a burst of 2,000 simultaneous single-row requests, and an open loop at 5x the rate:
+  the share answered 503 (admission control), p99 of the admitted, other errors;
+- per-request limits: the largest request each work limit admits (time, server memory after)
+  and the time to refuse one over it (413);
 - in this process, batch prediction of 100,000 rows by the scaling and interference gbm
   predictors (rows/s, median of 3; the whole `predict_interval`: contract checks, features,
   models, intervals).
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import os
 import socket
 import statistics
@@ -52,7 +57,7 @@ RECOMMEND = {
 def ensure_scaling_champion(home: Path, data: str) -> None:
     env = {**os.environ, "PERFCAST_HOME": str(home), "OMP_WAIT_POLICY": "PASSIVE"}
     code = (
-        "from training import model_store, trainer\n"
+        "from perfcast.training import model_store, trainer\n"
         "if model_store.load_champion('scaling') is None:\n"
         f"    print(trainer.describe(trainer.train('scaling', {data!r}, model='gbm')))\n"
     )
@@ -142,6 +147,113 @@ def timed_post(url: str, path: str, body: dict, repeats: int) -> tuple[float, di
     return statistics.median(times), r.json()
 
 
+async def burst(url: str, count: int) -> dict[str, float]:
+    """`count` single-row requests sent at once, each on its own connection."""
+    body = {"rows": [ROW]}
+    limits = httpx.Limits(max_connections=count, max_keepalive_connections=0)
+    async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as client:
+
+        async def one() -> tuple[int, float]:
+            start = time.perf_counter()
+            try:
+                status = (await client.post("/v1/predict/scaling", json=body)).status_code
+            except httpx.HTTPError:
+                status = 0  # refused or dropped connection
+            return status, time.perf_counter() - start
+
+        start = time.perf_counter()
+        answers = await asyncio.gather(*(one() for _ in range(count)))
+        elapsed = time.perf_counter() - start
+    return _overload_summary(answers, elapsed)
+
+
+async def overload_loop(url: str, rate: float, seconds: float, clients: int) -> dict[str, float]:
+    """Open loop at `rate`/s (well over capacity), latencies from the scheduled send time."""
+    count = int(rate * seconds)
+    answers: list[tuple[int, float]] = []
+    body = {"rows": [ROW]}
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as client:
+
+        async def one(scheduled: float) -> None:
+            await asyncio.sleep(max(0.0, scheduled - time.perf_counter()))
+            try:
+                status = (await client.post("/v1/predict/scaling", json=body)).status_code
+            except httpx.HTTPError:
+                status = 0
+            answers.append((status, time.perf_counter() - scheduled))
+
+        start = time.perf_counter() + 0.2
+        await asyncio.gather(*(one(start + i / rate) for i in range(count)))
+        elapsed = time.perf_counter() - start
+    return _overload_summary(answers, elapsed)
+
+
+def _overload_summary(answers: list[tuple[int, float]], elapsed: float) -> dict[str, float]:
+    codes = np.array([a[0] for a in answers])
+    admitted = np.array([a[1] for a in answers if a[0] == 200]) * 1000
+    return {
+        "requests": len(answers),
+        "ok": int((codes == 200).sum()),
+        "refused_503": int((codes == 503).sum()),
+        "other": int(((codes != 200) & (codes != 503)).sum()),
+        "p99_admitted_ms": float(np.percentile(admitted, 99)) if admitted.size else math.nan,
+        "all_answered_s": elapsed,
+    }
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return math.nan
+
+
+# the largest request each limit admits (defaults of serving/settings.py), and one over it
+LIMIT_CASES = {
+    "max_candidates (recommend, 248,150 candidates)": (
+        "/v1/recommend",
+        {**RECOMMEND, "pools": [{**RECOMMEND["pools"][0], "nodes": 100}]},
+        {**RECOMMEND, "pools": [{**RECOMMEND["pools"][0], "nodes": 400}]},
+    ),
+    "max_allocation_cells (allocate, one predicted job on 2,235 GPUs: 4,999,696 cells)": (
+        "/v1/allocate",
+        {"total_gpus": 2235, "jobs": [{"job_id": "p", "job": {"job": "resnet18"},
+                                       "gpu_type": "v100", "local_batch_sizes": [64, 128]}]},
+        {"total_gpus": 16384, "jobs": [{"job_id": "p", "job": {"job": "resnet18"},
+                                        "gpu_type": "v100", "local_batch_sizes": [64]}]},
+    ),
+    "max_columns (predict, 800 rows, 256 distinct columns)": (
+        "/v1/predict/scaling",
+        {"rows": [{**ROW, **{f"x{(i * 5 + j) % 251}": 1 for j in range(5)}} for i in range(800)]},
+        {"rows": [{**ROW, **{f"x{i}_{j}": 1 for j in range(50)}} for i in range(800)]},
+    ),
+}  # fmt: skip
+
+
+def limit_rows(url: str, pid: int) -> list[tuple[str, str, str, str]]:
+    rows = []
+    with httpx.Client(base_url=url, timeout=300) as client:
+        for name, (path, admitted, over) in LIMIT_CASES.items():
+            start = time.perf_counter()
+            ok = client.post(path, json=admitted)
+            took = (time.perf_counter() - start) * 1000
+            memory = rss_mb(pid)
+            start = time.perf_counter()
+            refused = client.post(path, json=over)
+            refused_ms = (time.perf_counter() - start) * 1000
+            print(name, ok.status_code, f"{took:.0f} ms", refused.status_code, file=sys.stderr)
+            rows.append(
+                (
+                    name,
+                    f"{ok.status_code} in {took:,.0f} ms, server RSS {memory:,.0f} MB after",
+                    f"{refused.status_code} in {refused_ms:,.0f} ms",
+                    "met" if ok.status_code == 200 and refused.status_code == 413 else "**missed**",
+                )
+            )
+    return rows
+
+
 def batch_throughput(task: str, data: str, rows: int = 100_000, repeats: int = 3) -> float:
     """Rows per second of `predict_interval` on `rows` rows drawn from `data` (median)."""
     sys.path.insert(0, str(ROOT))
@@ -200,6 +312,13 @@ def main() -> None:
         batch_ms, _ = timed_post(url, "/v1/predict/scaling", {"rows": [ROW] * 10_000}, repeats=3)
         recommend_ms, answer = timed_post(url, "/v1/recommend", RECOMMEND, repeats=3)
         candidates = answer["candidates"]
+        idle_mb = rss_mb(server.pid)
+        bursts = asyncio.run(burst(url, 2000))
+        print("burst", bursts, file=sys.stderr)
+        flood = asyncio.run(overload_loop(url, 5 * args.rate, args.seconds, 512))
+        print("overload", flood, file=sys.stderr)
+        after_overload_mb = rss_mb(server.pid)
+        limits = limit_rows(url, server.pid)
     finally:
         server.terminate()
         server.wait(30)
@@ -229,8 +348,26 @@ def main() -> None:
     table = "| measure | result | target | |\n|---|---|---|---|\n" + "\n".join(
         f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows
     )
+    overload_table = (
+        "| load | answered 200 | 503 (share) | other errors | p99 of the admitted | all answered "
+        "after |\n|---|---|---|---|---|---|\n"
+        + "\n".join(
+            f"| {name} | {o['ok']} | {o['refused_503']} ({o['refused_503'] / o['requests']:.0%}) "
+            f"| {o['other']} | {o['p99_admitted_ms']:.0f} ms | {o['all_answered_s']:.1f} s |"
+            for name, o in (
+                ("burst of 2,000 at once", bursts),
+                (f"open loop at {5 * args.rate:.0f} req/s for {args.seconds:.0f} s", flood),
+            )
+        )
+    )
+    limits_table = (
+        "| limit | largest admitted request | one over the limit | |\n|---|---|---|---|\n"
+        + "\n".join(f"| {a} | {b} | {c} | {d} |" for a, b, c, d in limits)
+    )
+    missed_overload = [n for n, o in (("burst", bursts), ("flood", flood)) if o["other"]]
     print(table)
     missed = [r[0] for r in rows if "missed" in r[3]]
+    missed += [r[0] for r in limits if "missed" in r[3]]
     body = (
         f"Server: `perfcast serve --tasks scaling` (uvicorn with uvloop and httptools, one worker, "
         "OMP_WAIT_POLICY=PASSIVE) "
@@ -239,6 +376,13 @@ def main() -> None:
         f"{args.rounds} rounds. "
         "Latency counts from each request's scheduled send time, so queueing is included. "
         f"Model: the scaling champion (gbm) trained on {args.scaling_data}.\n\n{table}\n\n"
+        "### Overload (admission control)\n\n"
+        "Default settings (PERFCAST_MAX_IN_FLIGHT=64; uvicorn limit_concurrency=256). Server RSS "
+        f"{idle_mb:,.0f} MB before, {after_overload_mb:,.0f} MB after the overload."
+        + (f" Errors other than 503: {', '.join(missed_overload)}." if missed_overload else "")
+        + f"\n\n{overload_table}\n\n"
+        "### Per-request limits (serving/settings.py defaults)\n\n"
+        f"{limits_table}\n\n"
         "**The machine has 2 CPU cores shared with other agents working at the same time**; "
         "server and load generator share them too, so these are pessimistic numbers that vary "
         "from round to round with the other agents' load. Concurrent single-row requests are "

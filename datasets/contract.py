@@ -239,6 +239,7 @@ def validate(df: pd.DataFrame, kind: str, *, source: str | None = None) -> pd.Da
             column=missing[0],
         )
     df = _normalize_booleans(df.reset_index(drop=True).copy(), schema)
+    _check_whole_numbers(df, schema, source)
     clean = _passing_table(df, schema)
     if clean is None:  # something fails: pandera finds and words every problem
         try:
@@ -252,6 +253,25 @@ def validate(df: pd.DataFrame, kind: str, *, source: str | None = None) -> pd.Da
     if kind == "plan":
         _check_constant_within_sample(clean, PLAN_RUN_COLUMNS, source)
     return clean
+
+
+def _check_whole_numbers(df: pd.DataFrame, schema: pa.DataFrameSchema, source: str | None) -> None:
+    """An integer column must hold whole numbers: coercion would cut 128.7 to 128 unasked."""
+    for name, column in schema.columns.items():
+        if name not in df.columns or "int" not in str(column.dtype).lower():
+            continue
+        values = df[name]
+        if not pd.api.types.is_float_dtype(values):
+            continue
+        whole = values.isna() | (values == np.floor(values))
+        if not whole.all():
+            i = int(np.argmin(whole.to_numpy()))
+            raise ContractError(
+                f"value {values.iloc[i]!r} is not a whole number (an integer column)",
+                file=source,
+                row=i + 1,
+                column=name,
+            )
 
 
 def _plain(check: pa.Check) -> bool:
@@ -329,9 +349,11 @@ def _contract_error(cases: pd.DataFrame, kind: str, source: str | None) -> Contr
     # A whole-table check (e.g. "num_gpus >= num_nodes") reports the schema as its column:
     # name the column the check is about instead. Column failures come first.
     table_level = cases["schema_context"] != "Column"
-    cases.loc[table_level, "column"] = cases.loc[table_level, "check"].map(
-        lambda check: str(check).split(" ")[0]
-    )
+    named = cases["check"].map(lambda check: str(check).split(" ")[0])
+    # ... and it reports every column of a failing row: keep the named column's value
+    keep = ~table_level | (cases["column"] == named) | ~named.isin(cases["column"])
+    cases, named, table_level = cases[keep].copy(), named[keep], table_level[keep]
+    cases.loc[table_level, "column"] = named[table_level]
     cases = cases.assign(_order=table_level.astype(int)).sort_values("_order", kind="stable")
     # Coercion failures repeat as dtype failures; keep the first of each (row, column).
     cases = cases.drop_duplicates(subset=["column", "index"])

@@ -185,6 +185,8 @@ def score_candidates(
     global_batch = gpus * out["local_batch_size"].to_numpy()
     out["global_batch_size"] = global_batch
     out["step_time_s"], out["step_time_s_p10"], out["step_time_s_p90"] = step.values()
+    if "flags" in pred.columns:  # what the model had not seen, per candidate
+        out["flags"] = pred["flags"].to_numpy()
     # samples/s; the p10 of throughput comes from the p90 of step time
     for q, s in (("", ""), ("_p10", "_p90"), ("_p90", "_p10")):
         out[f"throughput{q}"] = global_batch / step[s]

@@ -123,7 +123,8 @@ def predicted_throughputs(
             }
         )
         for name, value in job.features.items():
-            frame[name] = value
+            if name not in frame.columns:  # the configuration is the optimizer's to set
+                frame[name] = value
         frames.append(frame)
         owners += [job.job_id] * len(frame)
     tables: dict[str, dict[tuple[int, int], float]] = {j.job_id: {} for j in jobs}

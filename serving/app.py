@@ -1,23 +1,33 @@
 """The FastAPI app: routers, middleware and the error contract.
 
-Errors are JSON `{"detail": ...}`: 422 for bad input (FastAPI's field paths; a data-contract
-break names `["body", "rows", <row index>, <column>]`), 503 when a task has no model, 413 for
-oversized bodies. Anything unexpected is logged with its traceback and answered 500 with an
-error id to find it in the log.
+Errors are JSON `{"detail": ...}`: 422 for bad input (FastAPI's field paths, at most
+`MAX_ERRORS` of them and never the input echoed back; a data-contract break names
+`["body", "rows", <row index>, <column>]`), 413 for oversized bodies and for requests over a
+work limit of the settings (`limit` names it), 503 when a task has no model or the service is
+at its limit of requests in progress (with Retry-After). Anything unexpected is logged with
+its traceback and answered 500 with an error id to find it in the log.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import uuid
+from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from perfcast.errors import ContractError, PerfcastError
 from perfcast.serving.batching import PredictionBatcher
+from perfcast.serving.limits import RequestLimitError
 from perfcast.serving.metrics import ServiceMetrics
-from perfcast.serving.middleware import BodySizeLimitMiddleware, MetricsMiddleware
+from perfcast.serving.middleware import (
+    AdmissionMiddleware,
+    MetricsMiddleware,
+    RequestBodyMiddleware,
+)
 from perfcast.serving.models import ModelUnavailableError, ServedModels
 from perfcast.serving.routers import decide, health, predict
 from perfcast.serving.routers import models as models_routes
@@ -44,14 +54,58 @@ def create_app(settings: Settings | None = None, models: ServedModels | None = N
     app.state.batcher = PredictionBatcher(models)
     for router in (predict.router, decide.router, models_routes.router, health.router):
         app.include_router(router)
+    app.add_exception_handler(RequestValidationError, _invalid)
+    app.add_exception_handler(RequestLimitError, _over_limit)
     app.add_exception_handler(ModelUnavailableError, _unavailable)
     app.add_exception_handler(ContractError, _contract_error)
     app.add_exception_handler(PerfcastError, _perfcast_error)
     app.add_exception_handler(Exception, _unexpected)
-    # outermost last: the size limit runs first, and its 413s are counted in the metrics
-    app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
+    # outermost last: admission first (a full service answers 503 before reading a body),
+    # then the body checks; the metrics see every answer
+    app.add_middleware(
+        RequestBodyMiddleware,
+        max_bytes=settings.max_body_bytes,
+        read_timeout_s=settings.read_timeout_s,
+    )
+    app.add_middleware(AdmissionMiddleware, max_in_flight=settings.max_in_flight)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     return app
+
+
+MAX_ERRORS = 10  # problems listed in a 422; a 10,001-row body gets no 10,001-row answer
+
+
+class SafeJSONResponse(JSONResponse):
+    """ASCII JSON: text the client sent (a lone surrogate in a key) can never fail to encode."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, ensure_ascii=True, allow_nan=False).encode()
+
+
+async def _invalid(request: Request, err: RequestValidationError) -> JSONResponse:
+    errors = err.errors()
+    detail = [
+        {"loc": list(e["loc"]), "msg": str(e["msg"]), "type": str(e["type"])}
+        for e in errors[:MAX_ERRORS]
+    ]
+    if len(errors) > MAX_ERRORS:
+        more = f"and {len(errors) - MAX_ERRORS} more problems"
+        detail.append({"loc": ["body"], "msg": more, "type": "truncated"})
+    log.info("422 on %s %s: %s", request.method, request.url.path, detail[0]["msg"])
+    return SafeJSONResponse({"detail": detail}, status_code=422)
+
+
+async def _over_limit(request: Request, err: RequestLimitError) -> JSONResponse:
+    log.info("413 on %s %s: %s", request.method, request.url.path, err)
+    return SafeJSONResponse(
+        {
+            "detail": [{"loc": ["body"], "msg": str(err), "type": "limit"}],
+            "limit": err.limit,
+            "allowed": err.allowed,
+            "value": err.value,
+        },
+        status_code=413,
+    )
 
 
 async def _unavailable(request: Request, err: ModelUnavailableError) -> JSONResponse:
@@ -73,11 +127,13 @@ async def _contract_error(request: Request, err: ContractError) -> JSONResponse:
     detail += [
         {"loc": ["body", "rows"], "msg": d, "type": "data_contract"} for d in err.details[1:]
     ]
-    return JSONResponse({"detail": detail}, status_code=422)
+    log.info("422 on %s %s: %s", request.method, request.url.path, first)
+    return SafeJSONResponse({"detail": detail[:MAX_ERRORS]}, status_code=422)
 
 
 async def _perfcast_error(request: Request, err: PerfcastError) -> JSONResponse:
-    return JSONResponse(
+    log.info("422 on %s %s: %s", request.method, request.url.path, err)
+    return SafeJSONResponse(
         {"detail": [{"loc": ["body"], "msg": str(err), "type": "value_error"}]}, status_code=422
     )
 

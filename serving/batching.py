@@ -3,25 +3,36 @@
 A predictor call costs several milliseconds whatever the number of rows (contract checks,
 features, three LightGBM models), so under load one call per request saturates the CPU. While
 a call runs, new requests of the same task (and the same columns) queue; the next call takes
-them all (up to `max_rows`). A lone request is never delayed: it runs at once. When a combined
-call fails (a bad row in one request), each request is retried alone, so every request gets
-its own answer or its own error. Only tasks whose rows are predicted independently of each other
-are batched (the test suite checks that batched and single answers are equal).
+them all (up to `max_rows`). A lone request is never delayed: it runs at once. Requests whose
+client has gone are dropped from the queue before their call. Rows reach the batch with their
+JSON types already checked (`rows.check_types`); when a combined call still fails on a row,
+that row's request alone gets the error and the others are answered by one more call, so a
+few bad requests never turn a batch into one call per request. Only tasks whose rows are
+predicted independently of each other are batched (the test suite checks that batched and
+single answers are equal).
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 import pandas as pd
 from starlette.concurrency import run_in_threadpool
 
+from perfcast.errors import ContractError
 from perfcast.serving.models import ServedModels
 from perfcast.serving.settings import MAX_ROWS
 
 BATCHED_TASKS = ("scaling", "interference")
 
-_Item = tuple[pd.DataFrame, asyncio.Future]
+
+@dataclass
+class _Item:
+    rows: pd.DataFrame
+    future: asyncio.Future
+    gone: Callable[[], Awaitable[bool]] | None
 
 
 class PredictionBatcher:
@@ -35,14 +46,21 @@ class PredictionBatcher:
         self._pending: dict[tuple, list[_Item]] = {}
         self._draining: dict[tuple, asyncio.Task] = {}
         self.calls = 0  # predictor calls made, to see batching at work
+        self.dropped = 0  # requests dropped because their client had gone
 
-    async def predict(self, task: str, rows: pd.DataFrame) -> pd.DataFrame:
+    async def predict(
+        self,
+        task: str,
+        rows: pd.DataFrame,
+        gone: Callable[[], Awaitable[bool]] | None = None,
+    ) -> pd.DataFrame:
+        """Predictions for `rows`; `gone()` answers whether the client has left."""
         if task not in self.tasks:
             self.calls += 1
             return await run_in_threadpool(self.models.predict, task, rows)
         key = (task, tuple(rows.columns))
         future = asyncio.get_running_loop().create_future()
-        self._pending.setdefault(key, []).append((rows, future))
+        self._pending.setdefault(key, []).append(_Item(rows, future, gone))
         if key not in self._draining:
             self._draining[key] = asyncio.create_task(self._drain(key))
         return await future
@@ -52,29 +70,47 @@ class PredictionBatcher:
             queue = self._pending[key]
             while queue:
                 batch = [queue.pop(0)]
-                size = len(batch[0][0])
-                while queue and size + len(queue[0][0]) <= self.max_rows:
-                    size += len(queue[0][0])
+                size = len(batch[0].rows)
+                while queue and size + len(queue[0].rows) <= self.max_rows:
+                    size += len(queue[0].rows)
                     batch.append(queue.pop(0))
-                await self._answer(key[0], batch)
+                batch = await self._still_wanted(batch)
+                if batch:
+                    await self._answer(key[0], batch)
         finally:
             # no await since the last emptiness check: nothing can have been queued meanwhile
             del self._draining[key]
 
+    async def _still_wanted(self, batch: list[_Item]) -> list[_Item]:
+        wanted = []
+        for item in batch:
+            if item.future.done() or (item.gone is not None and await item.gone()):
+                self.dropped += 1
+                item.future.cancel()
+                continue
+            wanted.append(item)
+        return wanted
+
     async def _answer(self, task: str, batch: list[_Item]) -> None:
-        frames = [rows for rows, _ in batch]
-        try:
-            self.calls += 1
-            out = await run_in_threadpool(self._predict_all, task, frames)
-        except Exception as err:
-            if len(batch) == 1:
-                _settle(batch[0][1], error=err)
-                return
-            for item in batch:  # find whose rows failed: each request alone
-                await self._answer(task, [item])
+        while batch:
+            try:
+                self.calls += 1
+                out = await run_in_threadpool(self._predict_all, task, [i.rows for i in batch])
+            except Exception as err:
+                culprit = _owner(batch, err)
+                if culprit is None:  # no row named: each request alone finds its own error
+                    if len(batch) == 1:
+                        _settle(batch[0].future, error=err)
+                    else:
+                        for item in batch:
+                            await self._answer(task, [item])
+                    return
+                _settle(batch[culprit].future, error=_shifted(err, batch, culprit))
+                batch = batch[:culprit] + batch[culprit + 1 :]
+                continue
+            for item, part in zip(batch, out, strict=True):
+                _settle(item.future, result=part)
             return
-        for (_, future), part in zip(batch, out, strict=True):
-            _settle(future, result=part)
 
     def _predict_all(self, task: str, frames: list[pd.DataFrame]) -> list[pd.DataFrame]:
         if len(frames) == 1:
@@ -85,6 +121,28 @@ class PredictionBatcher:
             parts.append(out.iloc[start : start + len(frame)].reset_index(drop=True))
             start += len(frame)
         return parts
+
+
+def _owner(batch: list[_Item], err: Exception) -> int | None:
+    """Index of the request whose row a combined call's ContractError names, if it names one."""
+    if not isinstance(err, ContractError) or err.row is None:
+        return None
+    start = 0
+    for i, item in enumerate(batch):
+        if err.row <= start + len(item.rows):
+            return i
+        start += len(item.rows)
+    return None
+
+
+def _shifted(err: Exception, batch: list[_Item], culprit: int) -> Exception:
+    """The error as that request alone would have had it: its row counted within it."""
+    if len(batch) == 1 or not isinstance(err, ContractError):
+        return err
+    offset = sum(len(item.rows) for item in batch[:culprit])
+    row = err.row - offset
+    message = str(err).split("\n")[0].split(": ", 1)[-1]  # drop "row N, column 'x'" (batch rows)
+    return ContractError(message, row=row, column=err.column)
 
 
 def _settle(

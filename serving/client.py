@@ -89,8 +89,10 @@ class PerfcastClient:
             "POST", f"/v1/predict/{task}", content=body, row_offset=offset, task=task
         )
         out = pd.DataFrame.from_records(answer["predictions"])
-        columns = [c for c in out.columns if c != "sample_id"]
+        columns = [c for c in out.columns if c not in ("sample_id", "flags")]
         out[columns] = out[columns].astype(float)  # null (no prediction) -> NaN
+        if "flags" in out.columns:  # the in-process shape: one comma-separated string
+            out["flags"] = [",".join(f) for f in out["flags"]]
         return out
 
     # -- the rest of the API -------------------------------------------------------------

@@ -1,12 +1,15 @@
-"""Plain ASGI middleware (cheaper than BaseHTTPMiddleware): request metrics, body size limit."""
+"""Plain ASGI middleware (cheaper than BaseHTTPMiddleware): request metrics, the request body
+(size, read timeout, JSON safety) and admission control."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from perfcast.serving.json_safety import find_unsafe
 from perfcast.serving.metrics import ServiceMetrics
 
 
@@ -40,12 +43,18 @@ class MetricsMiddleware:
             self.metrics.latency.labels(method, template).observe(time.perf_counter() - start)
 
 
-class BodySizeLimitMiddleware:
-    """Refuse request bodies over `max_bytes` with 413: at once from Content-Length, else while
-    the body streams in (the body is buffered up to the limit and replayed to the app)."""
+class RequestBodyMiddleware:
+    """Read each request body whole before the app sees it, then replay it:
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
-        self.app, self.max_bytes = app, max_bytes
+    - over `max_bytes` -> 413 (at once from Content-Length, else once the stream passes it);
+    - not complete within `read_timeout_s` -> 408 (a client that sends half a body and waits
+      holds no worker for long);
+    - holding a value JSON cannot answer for (NaN, Infinity, 1e999, a lone surrogate) -> 422
+      naming the field. The connection stays open for the client's next request.
+    """
+
+    def __init__(self, app: ASGIApp, max_bytes: int, read_timeout_s: float) -> None:
+        self.app, self.max_bytes, self.read_timeout_s = app, max_bytes, read_timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -56,26 +65,29 @@ class BodySizeLimitMiddleware:
             try:
                 too_big = int(declared) > self.max_bytes
             except ValueError:
-                await _reject(send, 400, "Content-Length is not a number")
+                await _reject(send, 400, "Content-Length is not a number", close=True)
                 return
             if too_big:
-                await _reject(send, 413, self._message(int(declared)))
+                await _reject(send, 413, self._message(int(declared)), close=True)
                 return
-            await self.app(scope, receive, send)
+        try:
+            body = await asyncio.wait_for(self._read(receive), self.read_timeout_s)
+        except TimeoutError:
+            message = f"the request body did not arrive within {self.read_timeout_s:g} s"
+            await _reject(send, 408, message, close=True)
             return
-        chunks, size = [], 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                break
-            size += len(message.get("body", b""))
-            if size > self.max_bytes:
-                await _reject(send, 413, self._message(size, streamed=True))
-                return
-            chunks.append(message.get("body", b""))
-            if not message.get("more_body", False):
-                break
-        body, replayed = b"".join(chunks), False
+        except _TooLarge as err:
+            await _reject(send, 413, self._message(err.size, streamed=True), close=True)
+            return
+        if body is None:  # the client went away mid-body
+            return
+        unsafe = find_unsafe(body) if body else None
+        if unsafe is not None:
+            path, message = unsafe
+            detail = [{"loc": ["body", *path], "msg": message, "type": "json_invalid"}]
+            await _reject(send, 422, detail)
+            return
+        replayed = False
 
         async def replay() -> Message:
             nonlocal replayed
@@ -86,6 +98,20 @@ class BodySizeLimitMiddleware:
 
         await self.app(scope, replay, send)
 
+    async def _read(self, receive: Receive) -> bytes | None:
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return None
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_bytes:
+                raise _TooLarge(size)
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks)
+
     def _message(self, size: int, streamed: bool = False) -> str:
         what = "more than" if streamed else ""
         return (
@@ -94,13 +120,56 @@ class BodySizeLimitMiddleware:
         ).replace("  ", " ")
 
 
-async def _reject(send: Send, status: int, detail: str) -> None:
-    body = json.dumps({"detail": detail}).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [(b"content-type", b"application/json"), (b"connection", b"close")],
-        }
-    )
+class _TooLarge(Exception):
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+
+class AdmissionMiddleware:
+    """At most `max_in_flight` requests under `prefix` (the work routes) at once; the next
+    is answered 503 with Retry-After at once, instead of queueing without bound. Health,
+    readiness and metrics are always answered."""
+
+    def __init__(self, app: ASGIApp, max_in_flight: int, prefix: str = "/v1/") -> None:
+        self.app, self.max_in_flight, self.prefix = app, max_in_flight, prefix
+        self.in_flight = 0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not scope["path"].startswith(self.prefix):
+            await self.app(scope, receive, send)
+            return
+        if self.in_flight >= self.max_in_flight:
+            detail = (
+                f"the service is at its limit of {self.max_in_flight} requests in progress "
+                "(PERFCAST_MAX_IN_FLIGHT); retry after the Retry-After seconds"
+            )
+            await _reject(send, 503, detail, retry_after=RETRY_AFTER_S)
+            return
+        self.in_flight += 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.in_flight -= 1
+
+
+RETRY_AFTER_S = 1
+
+
+async def _reject(
+    send: Send,
+    status: int,
+    detail: object,
+    *,
+    close: bool = False,
+    retry_after: int | None = None,
+) -> None:
+    """Answer without the app. `close` when the rest of the body is not read (the connection
+    cannot carry another request then); otherwise it stays open."""
+    body = json.dumps({"detail": detail}).encode()  # ASCII: a lone surrogate is escaped
+    headers = [(b"content-type", b"application/json")]
+    if close:
+        headers.append((b"connection", b"close"))
+    if retry_after is not None:
+        headers.append((b"retry-after", str(retry_after).encode()))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})

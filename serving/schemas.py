@@ -1,33 +1,57 @@
 """Request and response models of the HTTP API (and of the YAML files the CLI reads).
 
-Bounds keep every request's work finite: at most 10,000 rows per prediction and 10^6
-enumerated configurations per recommendation or allocation.
+Field bounds keep each request's size finite (at most 10,000 rows per prediction); the work
+it causes is bounded against the settings' limits in `limits.py`. Numbers are strict: an
+integer field refuses 4.5, true and "4", and no number may be NaN or infinite.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Literal
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    FiniteFloat,
+    PlainValidator,
     StrictBool,
     StrictInt,
     StrictStr,
+    WithJsonSchema,
     model_validator,
 )
 
-from perfcast.serving.settings import MAX_ALLOCATION_CELLS, MAX_CANDIDATES, MAX_ROWS
+from perfcast.serving.settings import MAX_ROWS
 
-Scalar = StrictStr | StrictBool | StrictInt | FiniteFloat | None
+# JSON numbers as sent: an integer field takes no 4.5, true or "4"; no float field takes NaN
+Number = Annotated[float, Field(strict=True, allow_inf_nan=False)]
+
+
+def _scalar(value: object) -> object:
+    """One error per bad row value (a union would report one per member type)."""
+    if value is None or isinstance(value, str | bool | int):
+        return value
+    if isinstance(value, float) and math.isfinite(value):
+        return value
+    raise ValueError("a row value must be a string, a finite number, a boolean or null")
+
+
+Scalar = Annotated[
+    StrictStr | StrictBool | StrictInt | Number | None,
+    PlainValidator(_scalar),
+    WithJsonSchema(
+        {"anyOf": [{"type": t} for t in ("string", "number", "boolean", "null")]},
+        mode="validation",
+    ),
+]
 Row = dict[str, Scalar]
 Name = Annotated[str, Field(min_length=1, max_length=200)]
 GpuType = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_.\-]*$", max_length=64)]
-Positive = Annotated[FiniteFloat, Field(gt=0)]
-NonNegative = Annotated[FiniteFloat, Field(ge=0)]
-BatchSize = Annotated[int, Field(ge=1, le=2**20)]
+Positive = Annotated[Number, Field(gt=0)]
+NonNegative = Annotated[Number, Field(ge=0)]
+BatchSize = Annotated[StrictInt, Field(ge=1, le=2**20)]
+GpuCount = Annotated[StrictInt, Field(ge=1, le=2**18)]
 
 
 class _Model(BaseModel):
@@ -67,9 +91,12 @@ class PredictResponse(_Model):
     task: str
     model: ModelRef
     targets: list[str]
-    predictions: list[dict[str, float | str | None]] = Field(
+    predictions: list[dict[str, float | str | list[str] | None]] = Field(
         description="One object per row (runtime: per sample_id, which it repeats) with "
-        "`<target>`, `<target>_p10` and `<target>_p90`; null where no prediction exists."
+        "`<target>`, `<target>_p10` and `<target>_p90` (null where no prediction exists) and, "
+        "from models that say what they know, `flags`: what the model had not seen for this "
+        "row (e.g. `new_job`, `new_gpu_type`, `extrapolated_gpus`; the vocabulary is "
+        "perfcast.predictor.base.FLAGS), empty when nothing."
     )
 
     model_config = ConfigDict(
@@ -98,8 +125,8 @@ class PredictResponse(_Model):
 
 class GpuPoolIn(_Model):
     gpu_type: GpuType
-    gpus_per_node: Annotated[int, Field(ge=1, le=64)]
-    nodes: Annotated[int, Field(ge=1, le=4096)]
+    gpus_per_node: Annotated[StrictInt, Field(ge=1, le=64)]
+    nodes: Annotated[StrictInt, Field(ge=1, le=4096)]
     price_per_gpu_hour: NonNegative | None = None
 
 
@@ -127,10 +154,10 @@ class RecommendRequest(_Model):
     work: WorkIn | None = None
     deadline_s: Positive | None = None
     max_cost: NonNegative | None = None
-    gpu_counts: Annotated[list[Annotated[int, Field(ge=1, le=2**18)]], Field(max_length=1024)] = (
-        Field(default=None, description="GPU counts to consider (default: every count)")
+    gpu_counts: Annotated[list[GpuCount], Field(max_length=1024)] | None = Field(
+        default=None, description="GPU counts to consider (default: every count)"
     )
-    top_k: Annotated[int, Field(ge=1, le=50)] = 5
+    top_k: Annotated[StrictInt, Field(ge=1, le=50)] = 5
 
     model_config = ConfigDict(
         extra="forbid",
@@ -156,27 +183,12 @@ class RecommendRequest(_Model):
     )
 
     @model_validator(mode="after")
-    def _bounded(self) -> RecommendRequest:
+    def _valid(self) -> RecommendRequest:
         if "job" not in self.job or not isinstance(self.job["job"], str) or not self.job["job"]:
             raise ValueError("job needs a non-empty string 'job' (the workload name)")
         if len({p.gpu_type for p in self.pools}) != len(self.pools):
             raise ValueError("each gpu_type may appear in only one pool")
-        sizes = len(set(self.local_batch_sizes))
-        total = sizes * sum(_pool_candidates(p, self.gpu_counts) for p in self.pools)
-        if total > MAX_CANDIDATES:
-            raise ValueError(
-                f"the search space has {total} configurations, over the limit of "
-                f"{MAX_CANDIDATES}; give fewer nodes, gpu_counts or local_batch_sizes"
-            )
         return self
-
-
-def _pool_candidates(pool: GpuPoolIn, gpu_counts: list[int] | None) -> int:
-    """Upper bound on the (GPU count, node count) pairs the optimizer enumerates for a pool."""
-    per_node, nodes = pool.gpus_per_node, pool.nodes
-    if gpu_counts is not None:
-        return (len(set(gpu_counts)) + 1) * nodes
-    return (per_node - 1) * nodes * (nodes + 1) // 2 + nodes
 
 
 class Interval(_Model):
@@ -202,6 +214,11 @@ class ConfigOut(_Model):
     total_time_s: Interval
     cost: Interval
     reason: str
+    flags: list[str] = Field(
+        default_factory=list,
+        description="what the scaling model had not seen for this configuration (e.g. "
+        "new_job, extrapolated_gpus); empty when nothing, or when the model does not flag",
+    )
 
 
 class RecommendResponse(_Model):
@@ -218,7 +235,7 @@ class RecommendResponse(_Model):
 
 
 class ThroughputPoint(_Model):
-    num_gpus: Annotated[int, Field(ge=1, le=2**18)]
+    num_gpus: Annotated[StrictInt, Field(ge=1, le=2**18)]
     batch_size: BatchSize = Field(description="global batch size")
     samples_per_s: NonNegative
 
@@ -228,8 +245,8 @@ class AllocateJob(_Model):
     `job` on `gpu_type` for each local batch size in `local_batch_sizes`."""
 
     job_id: Name
-    min_gpus: Annotated[int, Field(ge=0, le=2**18)] = 0
-    max_gpus: Annotated[int, Field(ge=1, le=2**18)] | None = None
+    min_gpus: Annotated[StrictInt, Field(ge=0, le=2**18)] = 0
+    max_gpus: Annotated[StrictInt, Field(ge=1, le=2**18)] | None = None
     weight: Positive = 1.0
     throughput: Annotated[list[ThroughputPoint], Field(min_length=1, max_length=10_000)] | None = (
         None
@@ -237,7 +254,7 @@ class AllocateJob(_Model):
     job: Row | None = None
     gpu_type: GpuType | None = None
     local_batch_sizes: Annotated[list[BatchSize], Field(min_length=1, max_length=64)] | None = None
-    gpus_per_node: Annotated[int, Field(ge=1, le=64)] = 8
+    gpus_per_node: Annotated[StrictInt, Field(ge=1, le=64)] = 8
 
     @model_validator(mode="after")
     def _one_source(self) -> AllocateJob:
@@ -254,7 +271,7 @@ class AllocateJob(_Model):
 
 
 class AllocateRequest(_Model):
-    total_gpus: Annotated[int, Field(ge=0, le=65_536)]
+    total_gpus: Annotated[StrictInt, Field(ge=0, le=65_536)]
     jobs: Annotated[list[AllocateJob], Field(min_length=1, max_length=10_000)]
 
     model_config = ConfigDict(
@@ -284,25 +301,6 @@ class AllocateRequest(_Model):
         },
     )
 
-    @model_validator(mode="after")
-    def _bounded(self) -> AllocateRequest:
-        cells = len(self.jobs) * (self.total_gpus + 1)  # the dynamic program's table
-        if cells > MAX_ALLOCATION_CELLS:
-            raise ValueError(
-                f"{len(self.jobs)} jobs on {self.total_gpus} GPUs is over the limit of "
-                f"{MAX_ALLOCATION_CELLS} job × GPU-count cells; split the cluster"
-            )
-        rows = sum(
-            min(j.max_gpus or self.total_gpus, self.total_gpus) * len(j.local_batch_sizes or [])
-            for j in self.jobs
-        )
-        if rows > MAX_CANDIDATES:
-            raise ValueError(
-                f"predicting these jobs needs {rows} configurations, over the limit of "
-                f"{MAX_CANDIDATES}; give max_gpus or fewer local_batch_sizes"
-            )
-        return self
-
 
 class JobAllocation(_Model):
     job_id: str
@@ -326,14 +324,14 @@ class AllocateResponse(_Model):
 class NodeIn(_Model):
     name: Name
     gpu_type: GpuType
-    gpus: Annotated[int, Field(ge=1, le=64)]
+    gpus: Annotated[StrictInt, Field(ge=1, le=64)]
     gpu_memory_mb: Positive
 
 
 class PlaceJobIn(_Model):
     job_id: Name
     features: Row = Field(description="contract columns: at least `job` and `local_batch_size`")
-    num_gpus: Annotated[int, Field(ge=1, le=4096)]
+    num_gpus: Annotated[StrictInt, Field(ge=1, le=4096)]
     persistent_mem_mb: NonNegative = 0.0
     ephemeral_mem_mb: NonNegative = 0.0
 
@@ -341,8 +339,8 @@ class PlaceJobIn(_Model):
 class PlaceRequest(_Model):
     nodes: Annotated[list[NodeIn], Field(min_length=1, max_length=1024)]
     jobs: Annotated[list[PlaceJobIn], Field(min_length=1, max_length=1000)]
-    spread_tolerance: Annotated[FiniteFloat, Field(ge=0, le=10)] = 0.05
-    allow_sharing: bool = True
+    spread_tolerance: Annotated[Number, Field(ge=0, le=10)] = 0.05
+    allow_sharing: StrictBool = True
 
     model_config = ConfigDict(
         extra="forbid",

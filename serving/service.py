@@ -4,6 +4,7 @@ model out. The HTTP routes and `perfcast recommend|allocate|place` both call the
 from __future__ import annotations
 
 import math
+from collections.abc import Awaitable, Callable
 
 import numpy as np
 import pandas as pd
@@ -12,9 +13,11 @@ from starlette.concurrency import run_in_threadpool
 from perfcast.errors import PerfcastError
 from perfcast.optimizer import configs, elastic, placement
 from perfcast.predictor.backend import TASK_TABLES, PredictionBackend
-from perfcast.serving import schemas
+from perfcast.serving import limits, schemas
 from perfcast.serving.batching import PredictionBatcher
 from perfcast.serving.models import ServedModels, missing_reason
+from perfcast.serving.rows import check_types
+from perfcast.serving.settings import Settings
 
 
 def model_ref(models: ServedModels, task: str) -> schemas.ModelRef:
@@ -32,25 +35,42 @@ def _finite_or_none(frame: pd.DataFrame) -> list[dict[str, object]]:
         values[~finite] = None
     records = [dict(zip(numeric, row, strict=True)) for row in values.tolist()]
     for column in (c for c in frame.columns if c not in numeric):  # e.g. runtime's sample_id
-        for record, value in zip(records, frame[column].tolist(), strict=True):
+        values = frame[column].tolist()
+        if column == "flags":
+            values = [split_flags(v) for v in values]
+        for record, value in zip(records, values, strict=True):
             record[column] = value
     return records
+
+
+def split_flags(value: object) -> list[str]:
+    """The predictor's `flags` string ("new_job,new_gpu_type", "" when none) as a list."""
+    return [t for t in value.split(",") if t] if isinstance(value, str) else []
 
 
 SMALL = 64  # rows: cheaper to convert on the event loop than to hop to a worker thread
 
 
 async def predict(
-    models: ServedModels, batcher: PredictionBatcher, task: str, rows: list[dict]
+    models: ServedModels,
+    batcher: PredictionBatcher,
+    task: str,
+    rows: list[dict],
+    settings: Settings | None = None,
+    gone: Callable[[], Awaitable[bool]] | None = None,
 ) -> schemas.PredictResponse:
+    """`gone` says whether the client has left (its rows are then dropped from the queue)."""
     ref = model_ref(models, task)  # 503 before any work when there is no model
+    limits.check_predict(rows, settings or Settings())
+    # wrong JSON types fail this request here, before its rows join a micro-batch
+    check_types(TASK_TABLES[task][0], rows)
     small = len(rows) <= SMALL
     frame = (
         pd.DataFrame.from_records(rows)
         if small
         else await run_in_threadpool(pd.DataFrame.from_records, rows)
     )
-    out = await batcher.predict(task, frame)
+    out = await batcher.predict(task, frame, gone)
     if task == "runtime":
         out = out.reset_index()  # one prediction per sample_id: say which
     predictions = _finite_or_none(out) if small else await run_in_threadpool(_finite_or_none, out)
@@ -71,8 +91,12 @@ def _interval(row: pd.Series, name: str) -> schemas.Interval:
 
 
 def recommend(
-    models: ServedModels, req: schemas.RecommendRequest, backend: PredictionBackend | None = None
+    models: ServedModels,
+    req: schemas.RecommendRequest,
+    backend: PredictionBackend | None = None,
+    settings: Settings | None = None,
 ) -> schemas.RecommendResponse:
+    limits.check_recommend(req, settings or Settings())
     ref = model_ref(models, "scaling")
     work = configs.Work(**req.work.model_dump()) if req.work else None
     result = configs.recommend(
@@ -103,6 +127,7 @@ def recommend(
             total_time_s=_interval(row, "total_time_s"),
             cost=_interval(row, "cost"),
             reason=str(row["reason"]),
+            flags=split_flags(row.get("flags")),
         )
         for rank, (_, row) in enumerate(result.top.iterrows(), start=1)
     ]
@@ -117,46 +142,33 @@ def recommend(
     )
 
 
-def _predicted_throughputs(
-    jobs: list[schemas.AllocateJob], total_gpus: int, backend: PredictionBackend
-) -> dict[str, dict[tuple[int, int], float]]:
-    """Samples/s per (GPU count, global batch) of every job to predict, in one backend call.
-    GPUs go on as few nodes as possible, spread evenly."""
-    rows, owners = [], []
-    for job in jobs:
-        high = min(job.max_gpus or total_gpus, total_gpus)
-        for gpus in range(max(job.min_gpus, 1), high + 1):
-            nodes = math.ceil(gpus / job.gpus_per_node)
-            for size in job.local_batch_sizes or []:
-                q, r = divmod(gpus, nodes)
-                spread = None if q + (r > 0) > 9 else str(q + 1) * r + str(q) * (nodes - r)
-                rows.append(
-                    {**job.job, "gpu_type": job.gpu_type, "num_gpus": gpus, "num_nodes": nodes,
-                     "placement": spread, "local_batch_size": size}
-                )  # fmt: skip
-                owners.append(job.job_id)
-    tables: dict[str, dict[tuple[int, int], float]] = {j.job_id: {} for j in jobs}
-    if not rows:
-        return tables
-    frame = pd.DataFrame(rows)
-    step = backend.predict("scaling", frame)["step_time_s"].to_numpy(dtype=float)
-    global_batch = (frame["num_gpus"] * frame["local_batch_size"]).to_numpy()
-    rate = global_batch / step
-    for owner, gpus, batch, r in zip(owners, frame["num_gpus"], global_batch, rate, strict=True):
-        if math.isfinite(r) and r >= 0:
-            tables[owner][(int(gpus), int(batch))] = float(r)
-    return tables
-
-
 def allocate(
-    models: ServedModels, req: schemas.AllocateRequest, backend: PredictionBackend | None = None
+    models: ServedModels,
+    req: schemas.AllocateRequest,
+    backend: PredictionBackend | None = None,
+    settings: Settings | None = None,
 ) -> schemas.AllocateResponse:
     ids = [j.job_id for j in req.jobs]
     if len(set(ids)) != len(ids):
         raise PerfcastError(f"job_id {next(i for i in ids if ids.count(i) > 1)!r} repeats")
-    to_predict = [j for j in req.jobs if j.job is not None]
+    limits.check_allocate(req, settings or Settings())
+    to_predict = [
+        elastic.PredictedJob(
+            j.job_id,
+            j.job,
+            j.gpu_type,
+            j.local_batch_sizes,
+            j.gpus_per_node,
+            j.min_gpus,
+            j.max_gpus,
+        )
+        for j in req.jobs
+        if j.job is not None
+    ]
     predicted = (
-        _predicted_throughputs(to_predict, req.total_gpus, backend or models) if to_predict else {}
+        elastic.predicted_throughputs(to_predict, req.total_gpus, backend or models)
+        if to_predict
+        else {}
     )
     jobs = []
     for job in req.jobs:

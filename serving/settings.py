@@ -1,27 +1,43 @@
-"""Service settings, read from the environment once when the app is created."""
+"""Service settings, read from the environment once when the app is created.
+
+Every limit bounds the work one request can cause, counted the way the work grows (the
+allocation's table cells, not jobs; distinct columns, not rows), so no request within the
+limits takes more than a few seconds or a few hundred MB on the reference 2-core machine
+(docs/BENCHMARKS.md, section serving, measures them).
+"""
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from perfcast.errors import PerfcastError
 from perfcast.predictor.backend import TASKS
 
-MAX_ROWS = 10_000  # rows per predict request
-MAX_CANDIDATES = 1_000_000  # configurations one recommend/allocate request may enumerate
-MAX_ALLOCATION_CELLS = 10_000_000  # jobs × (GPUs + 1) of one allocation (its DP table)
+MAX_ROWS = 10_000  # rows per predict request (also the client's chunk size)
 
 
 @dataclass(frozen=True)
 class Settings:
-    """`PERFCAST_API_KEY`: when set, `POST /v1/models/reload` needs it in the `X-API-Key`
-    header. `PERFCAST_MAX_BODY_MB`: larger request bodies are refused with 413.
-    `PERFCAST_TASKS`: comma-separated tasks to serve (default: all)."""
+    """`PERFCAST_API_KEY`: `POST /v1/models/reload` needs it in the `X-API-Key` header; with
+    no key reload is closed. `PERFCAST_TASKS`: comma-separated tasks to serve (default all).
+    The limits below read `PERFCAST_<NAME>` (e.g. `PERFCAST_MAX_CANDIDATES`)."""
 
     api_key: str | None = None
     max_body_bytes: int = 16 * 2**20
     tasks: tuple[str, ...] = TASKS
+    # configurations one recommendation enumerates and scores
+    max_candidates: int = 250_000
+    # cells of an allocation's dynamic program: (total_gpus + 1) × the jobs' GPU-count choices
+    max_allocation_cells: int = 5_000_000
+    # configurations the scaling model predicts for one allocation
+    max_allocation_predictions: int = 250_000
+    # distinct column names across the rows (or jobs) of one request
+    max_columns: int = 256
+    # requests on the /v1/ routes in progress at once; more are answered 503 + Retry-After
+    max_in_flight: int = 64
+    # seconds a request body may take to arrive (408 after)
+    read_timeout_s: float = 30.0
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -38,8 +54,23 @@ class Settings:
             max_mb = float(os.environ.get("PERFCAST_MAX_BODY_MB", "16"))
         except ValueError:
             raise PerfcastError("PERFCAST_MAX_BODY_MB must be a number of megabytes") from None
+        limits = {}
+        for field in fields(cls):
+            if not field.name.startswith("max_") and field.name != "read_timeout_s":
+                continue
+            variable = f"PERFCAST_{field.name.upper()}"
+            if field.name == "max_body_bytes" or variable not in os.environ:
+                continue
+            kind = float if field.name == "read_timeout_s" else int
+            try:
+                limits[field.name] = kind(os.environ[variable])
+            except ValueError:
+                raise PerfcastError(f"{variable} must be a number") from None
+            if limits[field.name] <= 0:
+                raise PerfcastError(f"{variable} must be > 0")
         return cls(
             api_key=os.environ.get("PERFCAST_API_KEY") or None,
             max_body_bytes=int(max_mb * 2**20),
             tasks=tasks,
+            **limits,
         )

@@ -88,7 +88,9 @@ def test_predict_scaling_matches_the_in_process_champion(http, local) -> None:
     assert body["model"]["version"] == champion.version
     got = pd.DataFrame(body["predictions"])
     want = local.predict("scaling", pd.DataFrame(rows))
-    np.testing.assert_allclose(got.to_numpy(), want[got.columns].to_numpy())
+    numbers = [c for c in got.columns if c != "flags"]
+    np.testing.assert_allclose(got[numbers].to_numpy(float), want[numbers].to_numpy(float))
+    assert [",".join(f) for f in got["flags"]] == want["flags"].tolist()
     assert (got["step_time_s_p10"] <= got["step_time_s"]).all()
     assert (got["step_time_s"] <= got["step_time_s_p90"]).all()
 
@@ -228,7 +230,7 @@ def test_health_readiness_and_metrics(http) -> None:
     label = f"{champion.family}:v{champion.version}"
     assert f'perfcast_predictions_total{{model="{label}",task="scaling"}}' in text
     assert "perfcast_http_request_duration_seconds_bucket" in text
-    assert "/docs" in http.get("/openapi.json").text or http.get("/docs").status_code == 200
+    assert http.get("/docs").status_code == 200
 
 
 def test_client_is_a_prediction_backend_with_the_in_process_shapes(http, local, graph_rows):
@@ -273,7 +275,8 @@ def test_client_against_a_real_server_on_loopback(app) -> None:
         with PerfcastClient(f"http://127.0.0.1:{port}") as client:
             assert client.ready() is False  # interference is missing
             out = client.predict("scaling", pd.DataFrame([ROW]))
-            assert list(out.columns) == ["step_time_s", "step_time_s_p10", "step_time_s_p90"]
+            want = ["step_time_s", "step_time_s_p10", "step_time_s_p90", "flags"]
+            assert list(out.columns) == want
     finally:
         server.should_exit = True
         thread.join(10)
@@ -318,7 +321,8 @@ def test_concurrent_requests_are_batched_with_the_same_answers(app, local) -> No
     assert all(a.status_code == 200 for a in answers)
     got = pd.DataFrame([a.json()["predictions"][0] for a in answers])
     want = pd.concat([local.predict("scaling", pd.DataFrame([r])) for r in good])
-    np.testing.assert_allclose(got.to_numpy(), want[got.columns].to_numpy())
+    numbers = [c for c in got.columns if c != "flags"]
+    np.testing.assert_allclose(got[numbers].to_numpy(float), want[numbers].to_numpy(float))
     # a bad row fails its own request only
     answers = asyncio.run(send_all([*good[:3], bad, *good[3:]]))
     assert [a.status_code for a in answers] == [200] * 3 + [422] + [200] * (len(good) - 3)

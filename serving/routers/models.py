@@ -22,7 +22,10 @@ def list_models(models: Models) -> ModelsResponse:
     "/reload",
     response_model=ModelsResponse,
     dependencies=[Depends(require_api_key)],
-    responses={401: {"description": "PERFCAST_API_KEY is set and X-API-Key is wrong"}},
+    responses={
+        401: {"description": "X-API-Key is missing or wrong"},
+        403: {"description": "the service runs without PERFCAST_API_KEY: reload is closed"},
+    },
 )
 async def reload_models(models: Models) -> ModelsResponse:
     """Load the current `champion` of every task from the MLflow registry."""

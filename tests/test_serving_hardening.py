@@ -1,0 +1,327 @@
+"""The service as an adversary meets it: values JSON cannot answer for, loose types, huge
+error bodies, work out of proportion to the body, more requests than the CPU can take, slow
+bodies, clients that leave, keys that are not ASCII, reload without a key. On a real scaling
+champion (muri-scaling) and the real shared data."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+import time
+
+import httpx
+import pandas as pd
+import pytest
+from fastapi.testclient import TestClient
+from typer.testing import CliRunner
+
+from perfcast.cli import app as perfcast_cli
+from perfcast.datasets import io
+from perfcast.datasets.fetch import shared_data_available
+from perfcast.errors import ContractError
+from perfcast.serving.app import MAX_ERRORS, create_app
+from perfcast.serving.batching import PredictionBatcher
+from perfcast.serving.models import ServedModels
+from perfcast.serving.settings import Settings
+from perfcast.training import model_store, trainer
+
+pytestmark = pytest.mark.skipif(
+    not shared_data_available(), reason="the public datasets are not available"
+)
+
+KEY = "k3y"
+ROW = {"job": "resnet18", "gpu_type": "v100", "num_nodes": 1, "num_gpus": 4,
+       "local_batch_size": 128}  # fmt: skip
+PREDICT = "/v1/predict/scaling"
+
+
+@pytest.fixture(scope="module")
+def models() -> ServedModels:
+    if model_store.load_champion("scaling") is None:
+        trainer.train("scaling", "muri-scaling", model="gbm")
+    served = ServedModels(("scaling",))
+    served.reload()
+    return served
+
+
+def _app(models: ServedModels, **settings):
+    return create_app(Settings(api_key=KEY, tasks=("scaling",), **settings), models)
+
+
+@pytest.fixture(scope="module")
+def http(models) -> TestClient:
+    return TestClient(_app(models, max_body_bytes=2**20, max_columns=64))
+
+
+class _Server:
+    """The app on a real uvicorn server on loopback (connections, timeouts and all)."""
+
+    def __init__(self, app) -> None:
+        import uvicorn
+
+        config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="error")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> str:
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not (self.server.started and self.server.servers) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.port = self.server.servers[0].sockets[0].getsockname()[1]
+        return f"http://127.0.0.1:{self.port}"
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)
+
+
+def _body(rows: str) -> bytes:
+    return ('{"rows": [' + rows + "]}").encode()
+
+
+# ---- values JSON cannot answer for ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("number", ["NaN", "Infinity", "-Infinity", "1e999", "-1E+400"])
+def test_non_finite_numbers_are_a_422_naming_the_field_on_a_kept_connection(models, number) -> None:
+    bad = _body(json.dumps(ROW).replace('"num_gpus": 4', f'"num_gpus": {number}'))
+    with _Server(_app(models)) as url, httpx.Client(base_url=url) as client:
+        r = client.post(PREDICT, content=bad, headers={"content-type": "application/json"})
+        assert r.status_code == 422, r.text
+        assert r.json()["detail"][0]["loc"] == ["body", "rows", 0, "num_gpus"]
+        assert number.lstrip("-") in r.json()["detail"][0]["msg"]
+        assert r.headers.get("connection") != "close"
+        assert client.post(PREDICT, json={"rows": [ROW]}).status_code == 200  # same connection
+        assert client.post("/v1/recommend", content=b'{"top_k": NaN}').status_code == 422
+
+
+def test_a_string_that_merely_says_nan_is_no_number(http) -> None:
+    r = http.post(PREDICT, json={"rows": [{**ROW, "job": "NaN-Infinity-1e999"}]})
+    assert r.status_code == 200, r.text
+
+
+def test_lone_surrogates_are_a_422_but_paired_ones_are_text(http) -> None:
+    lone = _body('{"job": "\\ud800x", "gpu_type": "v100", "num_nodes": 1, "num_gpus": 1, '
+                 '"local_batch_size": 8}')  # fmt: skip
+    r = http.post(PREDICT, content=lone)
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "rows", 0, "job"]
+    key = _body('{"\\udfff": 1, "job": "a", "gpu_type": "v100", "num_nodes": 1, "num_gpus": 1, '
+                '"local_batch_size": 8}')  # fmt: skip
+    assert http.post(PREDICT, content=key).status_code == 422
+    pair = lone.replace(b"\\ud800x", b"\\ud83d\\ude00")  # an emoji: valid Unicode
+    r = http.post(PREDICT, content=pair, headers={"content-type": "application/json"})
+    assert r.status_code == 200, r.text
+
+
+def test_a_non_ascii_api_key_is_a_401_and_reload_is_closed_without_a_key(http, models) -> None:
+    r = http.post("/v1/models/reload", headers={"X-API-Key": "schlüssel".encode()})
+    assert r.status_code == 401
+    assert http.post("/v1/models/reload", headers={"X-API-Key": KEY}).status_code == 200
+    keyless = TestClient(create_app(Settings(tasks=("scaling",)), models))
+    r = keyless.post("/v1/models/reload")
+    assert r.status_code == 403 and "PERFCAST_API_KEY" in r.json()["detail"]
+    schemes = http.get("/openapi.json").json()["components"]["securitySchemes"]
+    scheme = schemes["APIKeyHeader"]
+    assert (scheme["type"], scheme["in"], scheme["name"]) == ("apiKey", "header", "X-API-Key")
+
+
+def test_serve_refuses_a_network_interface_without_a_key(monkeypatch) -> None:
+    monkeypatch.delenv("PERFCAST_API_KEY", raising=False)
+    out = CliRunner().invoke(perfcast_cli, ["serve", "--host", "0.0.0.0", "--no-train-missing"])
+    assert out.exit_code == 2 and "PERFCAST_API_KEY" in out.output
+
+
+# ---- strict types ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", [4.5, True, "4", [4], {"n": 4}])
+def test_an_integer_column_takes_only_integers(http, value) -> None:
+    r = http.post(PREDICT, json={"rows": [ROW, {**ROW, "num_gpus": value}]})
+    assert r.status_code == 422, r.text
+    assert len(r.json()["detail"]) == 1  # one problem, said once
+    first = r.json()["detail"][0]
+    assert first["loc"] == ["body", "rows", 1, "num_gpus"]
+    scalar = not isinstance(value, list | dict)
+    assert ("integer" if scalar else "a row value must be") in first["msg"]
+
+
+def test_a_whole_float_is_an_integer_as_pandas_writes_it(http) -> None:
+    r = http.post(PREDICT, json={"rows": [{**ROW, "num_gpus": 4.0}]})
+    assert r.status_code == 200
+    assert r.json()["predictions"] == http.post(PREDICT, json={"rows": [ROW]}).json()["predictions"]
+
+
+@pytest.mark.parametrize("value", [2.5, True, "2"])
+def test_integer_fields_of_requests_are_strict(http, value) -> None:
+    request = {"job": {"job": "resnet18"}, "local_batch_sizes": [64],
+               "pools": [{"gpu_type": "v100", "gpus_per_node": 8, "nodes": value}]}  # fmt: skip
+    r = http.post("/v1/recommend", json=request)
+    assert r.status_code == 422
+    assert ["body", "pools", 0, "nodes"] in [d["loc"] for d in r.json()["detail"]]
+
+
+def test_error_bodies_are_short_and_never_echo_the_input(models) -> None:
+    http = TestClient(_app(models))  # the default 16 MB body limit
+    rows = [{**ROW, "job": "x" * 50}] * 10_001
+    r = http.post(PREDICT, json={"rows": rows})
+    assert r.status_code == 422 and len(r.content) < 1000, len(r.content)
+    assert "xxxxx" not in r.text
+    many = [{"gpu_type": 1, "gpus_per_node": "x", "nodes": None}] * 12  # 36 problems
+    r = http.post(
+        "/v1/recommend", json={"job": {"job": "a"}, "pools": many, "local_batch_sizes": [1]}
+    )
+    assert r.status_code == 422 and len(r.json()["detail"]) == MAX_ERRORS + 1
+    assert r.json()["detail"][-1]["type"] == "truncated"
+
+
+def test_fewer_gpus_than_nodes_names_the_gpu_count(http) -> None:
+    r = http.post(PREDICT, json={"rows": [{**ROW, "num_gpus": 2, "num_nodes": 3}]})
+    assert r.status_code == 422
+    first = r.json()["detail"][0]
+    assert first["loc"] == ["body", "rows", 0, "num_gpus"]
+    assert "value 2 fails num_gpus >= num_nodes" in first["msg"], first["msg"]
+
+
+def test_csv_files_refuse_fractions_in_integer_columns_and_repeated_headers(tmp_path) -> None:
+    table = pd.DataFrame([{**ROW, "step_time_s": 0.5}] * 3)
+    table["local_batch_size"] = [128.0, 128.7, 128.0]
+    path = tmp_path / "fraction.csv"
+    table.to_csv(path, index=False)
+    with pytest.raises(ContractError, match=r"128\.7") as err:
+        io.read_table(path, "scaling")
+    assert (err.value.row, err.value.column) == (2, "local_batch_size")
+    whole = tmp_path / "whole.csv"
+    table.assign(local_batch_size=128.0).to_csv(whole, index=False)
+    assert io.read_table(whole, "scaling")["local_batch_size"].tolist() == [128] * 3
+    repeated = tmp_path / "repeated.csv"
+    repeated.write_text("job,gpu_type,num_gpus,num_nodes,num_gpus,local_batch_size,step_time_s\n"
+                        "a,v100,1,1,2,8,0.1\n")  # fmt: skip
+    with pytest.raises(ContractError, match="'num_gpus' twice"):
+        io.read_table(repeated, "scaling")
+
+
+# ---- bounded work ----------------------------------------------------------------------------
+
+
+def test_rows_with_many_distinct_keys_are_refused_by_count_not_by_size(http) -> None:
+    rows = [{**ROW, **{f"k{i}_{j}": 1 for j in range(3)}} for i in range(30)]  # 90 extra keys
+    r = http.post(PREDICT, json={"rows": rows})
+    assert r.status_code == 413 and r.json()["limit"] == "max_columns", r.text
+    assert "PERFCAST_MAX_COLUMNS" in r.json()["detail"][0]["msg"]
+    same = [{**ROW, "extra": i} for i in range(30)]  # one extra column, 30 rows: fine
+    assert http.post(PREDICT, json={"rows": same}).status_code == 200
+
+
+def test_an_allocation_is_bounded_by_its_table_not_by_its_jobs(http) -> None:
+    points = [
+        {"num_gpus": g, "batch_size": 64 * g, "samples_per_s": 90.0 * g} for g in (1, 8, 4096)
+    ]
+    given = {"job_id": "a", "throughput": points}
+    r = http.post("/v1/allocate", json={"total_gpus": 65_536, "jobs": [given]})
+    assert r.status_code == 200, r.text  # three choices: 4 × 65,537 cells
+    assert r.json()["allocations"][0]["num_gpus"] == 4096
+    every = {"job_id": "p", "job": {"job": "resnet18"}, "gpu_type": "v100",
+             "local_batch_sizes": [64]}  # fmt: skip
+    r = http.post("/v1/allocate", json={"total_gpus": 16_384, "jobs": [every]})
+    assert r.status_code == 413 and r.json()["limit"] == "max_allocation_cells", r.text
+    assert r.json()["value"] == 16_385 * 16_385  # GPU counts 1..16384, and 0
+    many = [{**given, "job_id": str(i)} for i in range(400)]
+    r = http.post("/v1/allocate", json={"total_gpus": 16_384, "jobs": many})
+    assert r.status_code == 413 and r.json()["limit"] == "max_allocation_cells"
+
+
+def test_recommend_is_bounded_by_its_candidates(models) -> None:
+    client = TestClient(_app(models, max_candidates=1000))
+    request = {"job": {"job": "resnet18"}, "local_batch_sizes": [32, 64],
+               "pools": [{"gpu_type": "v100", "gpus_per_node": 8, "nodes": 16}]}  # fmt: skip
+    r = client.post("/v1/recommend", json=request)
+    assert r.status_code == 413 and r.json()["limit"] == "max_candidates"
+    assert r.json()["value"] == 2 * (7 * 16 * 17 // 2 + 16)
+
+
+# ---- admission control -----------------------------------------------------------------------
+
+
+class _Gated(ServedModels):
+    """The real champions, whose predictions wait until the test opens the gate."""
+
+    def __init__(self, inner: ServedModels) -> None:
+        self.__dict__.update(inner.__dict__)
+        self.gate, self.entered = threading.Event(), threading.Event()
+
+    def predict(self, task, rows):
+        self.entered.set()
+        self.gate.wait(30)
+        return super().predict(task, rows)
+
+
+def test_a_full_service_answers_503_with_retry_after_and_health_still_answers(models) -> None:
+    gated = _Gated(models)
+    app = _app(gated, max_in_flight=2)
+
+    async def scenario() -> tuple[list[int], httpx.Response, httpx.Response]:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            held = [asyncio.create_task(client.post(PREDICT, json={"rows": [ROW]}))
+                    for _ in range(2)]  # fmt: skip
+            while not gated.entered.is_set():
+                await asyncio.sleep(0.01)
+            refused = await client.post(PREDICT, json={"rows": [ROW]})
+            health = await client.get("/healthz")
+            gated.gate.set()
+            return [(await h).status_code for h in held], refused, health
+
+    held, refused, health = asyncio.run(scenario())
+    assert held == [200, 200]
+    assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
+    assert "PERFCAST_MAX_IN_FLIGHT" in refused.json()["detail"]
+    assert health.status_code == 200
+
+
+def test_rows_of_a_client_that_left_are_dropped_before_the_predictor(models) -> None:
+    batcher = PredictionBatcher(models)
+
+    async def gone() -> bool:
+        return True
+
+    async def scenario() -> None:
+        with pytest.raises(asyncio.CancelledError):
+            await batcher.predict("scaling", pd.DataFrame([ROW]), gone)
+
+    asyncio.run(scenario())
+    assert batcher.dropped == 1 and batcher.calls == 0
+
+
+def test_bad_rows_in_a_batch_fail_alone_without_one_call_per_request(models) -> None:
+    app = _app(models)
+    good = [{**ROW, "num_gpus": g, "local_batch_size": b} for g in (1, 2, 4, 8) for b in (32, 64)]
+    bad = [{**ROW, "local_batch_size": 0}, {**ROW, "num_nodes": 0}]
+
+    async def send_all(rows: list[dict]) -> list[httpx.Response]:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            posts = [client.post(PREDICT, json={"rows": [r]}) for r in rows]
+            return await asyncio.gather(*posts)
+
+    before = app.state.batcher.calls
+    answers = asyncio.run(send_all([*good[:4], bad[0], *good[4:], bad[1]]))
+    codes = [a.status_code for a in answers]
+    assert codes == [200] * 4 + [422] + [200] * 4 + [422]
+    assert answers[4].json()["detail"][0]["loc"] == ["body", "rows", 0, "local_batch_size"]
+    assert answers[9].json()["detail"][0]["loc"] == ["body", "rows", 0, "num_nodes"]
+    # at most: the first alone, the rest batched, one more call per bad request
+    assert app.state.batcher.calls - before <= 4, app.state.batcher.calls - before
+
+
+def test_a_half_sent_body_is_answered_408_after_the_read_timeout(models) -> None:
+    with _Server(_app(models, read_timeout_s=1.0)) as url:
+        port = int(url.rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", port), timeout=20) as sock:
+            sock.sendall(b"POST /v1/predict/scaling HTTP/1.1\r\nHost: t\r\n"
+                         b"Content-Type: application/json\r\nContent-Length: 500\r\n\r\n"
+                         b'{"rows": [')  # fmt: skip
+            answer = sock.recv(4096)
+    assert answer.startswith(b"HTTP/1.1 408"), answer[:100]
