@@ -23,6 +23,7 @@ import pandas as pd
 
 from benchmarks.report import write_section
 from perfcast.datasets.fetch import fetch
+from perfcast.datasets.registry import load
 from perfcast.optimizer.configs import GpuPool, Work, enumerate_candidates, recommend
 from perfcast.optimizer.elastic import (
     Allocation,
@@ -38,25 +39,13 @@ MODELS = ("bert", "cifar10", "deepspeech2", "imagenet", "ncf", "yolov3")
 
 
 def pollux_placements() -> pd.DataFrame:
-    """Pollux's measured T4 step times (1-16 GPUs, 4 per node) as scaling-contract rows."""
-    frames = []
-    for model in MODELS:
-        raw = pd.read_csv(fetch(f"pollux/traces/{model}/placements.csv"), dtype={"placement": str})
-        digits = raw["placement"].str.replace("0", "")
-        frames.append(
-            pd.DataFrame(
-                {
-                    "job": model,
-                    "gpu_type": "t4",
-                    "num_nodes": digits.str.len(),
-                    "num_gpus": digits.map(lambda p: sum(map(int, p))),
-                    "placement": digits,
-                    "local_batch_size": raw["local_bsz"],
-                    "step_time_s": raw["step_time"],
-                }
-            )
-        )
-    return pd.concat(frames, ignore_index=True)
+    """Pollux's measured T4 step times (1-16 GPUs, 4 per node) as scaling-contract rows, from
+    the `pollux-scaling` loader (job = the model's folder name)."""
+    table = load("pollux-scaling")
+    placed = table[table["placement"].notna()]
+    columns = ["job", "gpu_type", "num_nodes", "num_gpus", "placement", "local_batch_size",
+               "step_time_s"]  # fmt: skip
+    return placed.assign(job=placed["application"])[columns].reset_index(drop=True)
 
 
 def pollux_curves() -> dict[str, dict[tuple[int, int], float]]:

@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pandas as pd
 import pytest
-from test_optimizer_measured import MeasuredBackend, needs_data, scaling_table
+from conftest import MeasuredBackend, needs_data, scaling_table
 
 from perfcast.errors import PerfcastError
 from perfcast.optimizer.configs import (

@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 
 import pytest
+from conftest import needs_data, pollux_placements
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_optimizer_measured import needs_data, pollux_placements
 
 from perfcast.errors import PerfcastError
 from perfcast.optimizer.elastic import (

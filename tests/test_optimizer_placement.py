@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
-from test_optimizer_measured import MeasuredBackend, gavel_pairs, needs_data, scaling_table
+from conftest import MeasuredBackend, gavel_pairs, needs_data, scaling_table
 
 from perfcast.errors import PerfcastError
 from perfcast.optimizer.placement import Node, PlacementJob, place
