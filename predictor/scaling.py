@@ -42,10 +42,11 @@ class ScalingPredictor(TaskPredictor):
         has_base = np.isfinite(log_base)
         self.ratio_model_ = None
         self.new_gpu_margin_ = None
+        self.new_gpu_shrink_ = 1.0
         if has_base.sum() >= 8:
             self.ratio_model_ = make_regressor(self.model, random_state=self.random_state)
             self.ratio_model_.fit(X[has_base], log_y[has_base] - log_base[has_base])
-            self.new_gpu_margin_ = self._new_gpu_margin(rows)
+            self.new_gpu_shrink_, self.new_gpu_margin_ = self._new_gpu_calibration(rows)
         self.direct_model_ = make_regressor(self.model, random_state=self.random_state)
         self.direct_model_.fit(X, log_y)
         self._fit_coverage(rows)
@@ -65,13 +66,16 @@ class ScalingPredictor(TaskPredictor):
         batches = rows.groupby(["job", "gpu_type"])["local_batch_size"].agg(["min", "max"])
         self.batch_range_ = {key: (lo, hi) for key, lo, hi in batches.itertuples(name=None)}
 
-    def _new_gpu_margin(self, rows: pd.DataFrame) -> float | None:
-        """Conformal margin for the rows a new GPU presents (`ScalingFeatures.uncharted`).
+    def _new_gpu_calibration(self, rows: pd.DataFrame) -> tuple[float, float | None]:
+        """(shrink, margin) for the rows a new GPU presents (`ScalingFeatures.uncharted`).
         Random folds calibrate p10/p90 on errors of GPUs the model knows, which are smaller:
         here each GPU type's multi-GPU rows are held out in turn (their one-GPU rows kept) and
-        predicted by an uncalibrated model, and the margin is what makes p10-p90 cover 80% of
-        those errors."""
-        scores = []
+        predicted by an uncalibrated model. `shrink` scales the model's correction of the
+        physical base there (0: the base as is, 1: the full correction), the grid value with
+        the lowest error averaged over the held-out GPU types (each weighs the same: one
+        cluster's thousands of rows must not decide alone); the margin is what makes p10-p90
+        of the shrunk correction cover 80% of those errors."""
+        folds = []
         multi = (rows["num_gpus"] > 1).to_numpy()
         for gpu in rows["gpu_type"].unique():
             held = multi & (rows["gpu_type"] == gpu).to_numpy()
@@ -88,14 +92,21 @@ class ScalingPredictor(TaskPredictor):
             if not usable.any():
                 continue
             model = clone(self.ratio_model_.regressor).fit(X[fit], log_y[fit] - log_base[fit])
-            lo, _, hi = model.predict_quantiles(X_test[usable])
             y = np.log(test["step_time_s"].to_numpy(dtype=float))[usable] - base_test[usable]
-            scores.append(np.maximum(lo - y, y - hi))
-        if not scores:
-            return None
-        pooled = np.concatenate(scores)
+            folds.append((np.vstack(model.predict_quantiles(X_test[usable])), y))
+        if not folds:
+            return 1.0, None
+        grid = np.linspace(0, 1, 11)
+        errors = [
+            np.mean([np.mean(np.abs(np.expm1(shrink * q[1] - y))) for q, y in folds])
+            for shrink in grid
+        ]
+        shrink = float(grid[int(np.argmin(errors))])
+        pooled = np.concatenate(
+            [np.maximum(shrink * q[0] - y, y - shrink * q[2]) for q, y in folds]
+        )
         level = min(1.0, np.ceil((len(pooled) + 1) * COVERAGE) / len(pooled))
-        return float(np.quantile(pooled, level))
+        return shrink, float(np.quantile(pooled, level))
 
     def _predict_interval(self, rows: pd.DataFrame) -> pd.DataFrame:
         X, log_base = self.features_.transform(rows)
@@ -108,7 +119,10 @@ class ScalingPredictor(TaskPredictor):
             ratio = np.vstack(self.ratio_model_.predict_quantiles(X[has_base]))
             new_gpu = self.features_.uncharted(rows)[has_base]
             if self.new_gpu_margin_ is not None and new_gpu.any():
-                raw = np.vstack(self.ratio_model_.regressor_.predict_quantiles(X[has_base]))
+                ratio[:, new_gpu] *= self.new_gpu_shrink_
+                raw = self.new_gpu_shrink_ * np.vstack(
+                    self.ratio_model_.regressor_.predict_quantiles(X[has_base])
+                )
                 ratio[0, new_gpu] = np.minimum(
                     raw[0, new_gpu] - self.new_gpu_margin_, ratio[0, new_gpu]
                 )
