@@ -11,7 +11,6 @@ workload HyperSched was shown on; a logical GPU here stands for one such T4).
 Measured per run: the best validation accuracy reported by the deadline (HyperSched's measure),
 trials started (reported at least once), GPU-seconds of training (each iteration's seconds x
 the GPUs the trial held) and resizes. Writes section `tune` of docs/BENCHMARKS.md. Run:
-    .venv/bin/perfcast train --task scaling --data pollux-scaling,gavel-scaling --model gbm
     .venv/bin/python -m benchmarks.tune [--deadlines 60,120,240] [--seeds 0,1,2]
 """
 
@@ -142,7 +141,9 @@ def main() -> None:
     import ray
 
     from perfcast.training.inprocess import InProcessBackend
+    from perfcast.training.trainer import ensure_champions
 
+    ensure_champions(["scaling"])  # the default model, trained here when there is none
     backend = InProcessBackend(("scaling",))
     backend.predict("scaling", pd.DataFrame([{**JOB, "num_gpus": 1, "num_nodes": 1}]))
     os.environ.setdefault("RAY_DEDUP_LOGS", "1")

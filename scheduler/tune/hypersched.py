@@ -91,7 +91,9 @@ class HyperSched(TrialScheduler):
         self._metric, self._mode = metric, mode
         self.time_attr, self.max_t = time_attr, max_t
         self.rungs = Rungs(grace_period, max_t, reduction_factor)
-        self.advisor = ScalingAdvisor(backend, job, gpus_per_node) if backend and job else None
+        self.advisor = (
+            ScalingAdvisor(backend, job, gpus_per_node) if backend is not None and job else None
+        )
         self.max_gpus_per_trial = max_gpus_per_trial or num_gpus
         self.restart_s = restart_s
         self._restarts: list[float] = []
