@@ -36,6 +36,7 @@ import pandas as pd
 from scipy.interpolate import LinearNDInterpolator
 
 from perfcast.datasets.fetch import entries, fetch
+from perfcast.datasets.placements import read_placements
 from perfcast.datasets.registry import dataset
 from perfcast.errors import PerfcastError
 
@@ -72,12 +73,7 @@ def _trace_file(app: str, name: str) -> str:
 
 @cache
 def _placements(app: str) -> pd.DataFrame:
-    df = pd.read_csv(fetch(_trace_file(app, "placements.csv")), dtype={"placement": str})
-    if not df["placement"].str.fullmatch(r"[1-9]+").all():
-        raise PerfcastError(f"{_trace_file(app, 'placements.csv')}: placement not GPU digits")
-    df["num_nodes"] = df["placement"].str.len()
-    df["num_replicas"] = df["placement"].map(lambda p: sum(map(int, p)))
-    return df
+    return read_placements(_trace_file(app, "placements.csv"))
 
 
 @cache

@@ -21,9 +21,9 @@ from __future__ import annotations
 import pandas as pd
 
 from perfcast.datasets.fetch import fetch
+from perfcast.datasets.placements import read_placements
 from perfcast.datasets.registry import dataset
 from perfcast.datasets.sources.pollux import WORKLOADS
-from perfcast.errors import PerfcastError
 
 SOURCE = "Sia (SOSP'23), github.com/siasosp23/artifacts (sia-simulator/traces)"
 # the artifact's cluster suffix -> (gpu_type, cluster name in features.devices.INTERCONNECTS)
@@ -41,14 +41,7 @@ def _files(app: str, suffix: str) -> list[str]:
 
 
 def _placements(path: str) -> pd.DataFrame:
-    df = pd.read_csv(fetch(path), dtype={"placement": str})
-    if not df["placement"].str.fullmatch(r"[1-9]+").all():
-        raise PerfcastError(f"{path}: column placement is not GPU digits per node")
-    return df.assign(
-        num_nodes=df["placement"].str.len(),
-        num_replicas=df["placement"].map(lambda p: sum(map(int, p))),
-        source=path,
-    )
+    return read_placements(path).assign(source=path)
 
 
 def _cluster_rows(app: str, suffix: str) -> pd.DataFrame:
