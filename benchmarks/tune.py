@@ -11,7 +11,7 @@ workload HyperSched was shown on; a logical GPU here stands for one such T4).
 Measured per run: the best validation accuracy reported by the deadline (HyperSched's measure),
 trials started (reported at least once), GPU-seconds of training (each iteration's seconds x
 the GPUs the trial held) and resizes. Writes section `tune` of docs/BENCHMARKS.md. Run:
-    .venv/bin/python -m benchmarks.tune [--deadlines 60,120,240] [--seeds 0,1,2]
+    .venv/bin/python -m benchmarks.tune [--deadlines 90,150,210] [--seeds 0,1,2]
 """
 
 from __future__ import annotations
@@ -128,7 +128,7 @@ def table(runs: list[dict]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--deadlines", default="60,120,240")
+    parser.add_argument("--deadlines", default="90,150,210")
     parser.add_argument("--schedulers", default=",".join(SCHEDULERS))
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--num-samples", type=int, default=48)
