@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from perfcast.scheduler.live.spec import JobSpecError
+from perfcast.scheduler.live.store import JobStore
 from perfcast.scheduler.live.trace import load_trace
 
 PERFCAST = str(Path(sys.executable).parent / "perfcast")
@@ -36,6 +37,17 @@ def test_submit_jobs_and_job_commands(tmp_path):
     assert "demo-1" in listing.stdout and "pending" in listing.stdout
     unknown = perfcast("job", "suspend", "nope", "--state", state)
     assert unknown.returncode == 2 and "no job 'nope'" in unknown.stderr
+    # a job that failed: its error in the table (last line) and in full in `job show`
+    store = JobStore(Path(state) / "state.db")
+    error = 'Traceback (most recent call last):\n  File "x.py"\nTypeError: bad entrypoint'
+    store.update_job("demo-1", status="failed", error=error)
+    store.log("demo-1", "failed", "4 failures in a row")
+    listing = perfcast("jobs", "--state", state)
+    assert "failed" in listing.stdout and "TypeError: bad entrypoint" in listing.stdout
+    shown = perfcast("job", "show", "demo-1", "--state", state)
+    assert shown.returncode == 0 and 'File "x.py"' in shown.stdout
+    assert "4 failures in a row" in shown.stdout
+    assert perfcast("job", "show", "nope", "--state", state).returncode == 2
 
 
 def test_trace_rows_become_scaled_jobs(tmp_path):

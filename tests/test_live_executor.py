@@ -4,6 +4,7 @@ suspend/resume, migration, resize and a killed worker."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 import ray
@@ -12,7 +13,7 @@ import torch
 from perfcast.scheduler.core.decisions import Migrate, Run
 from perfcast.scheduler.core.jobs import JobTable
 from perfcast.scheduler.live.checkpoint import latest_checkpoint, load_checkpoint
-from perfcast.scheduler.live.executor import Finished, RayExecutor
+from perfcast.scheduler.live.executor import Failed, Finished, RayExecutor
 from perfcast.scheduler.live.hook import TrainingHook
 from perfcast.scheduler.live.runner import core_job
 from perfcast.scheduler.live.spec import JobSpec
@@ -21,7 +22,12 @@ from perfcast.scheduler.live.training import train
 
 torch.set_num_threads(1)
 # wide enough that a step takes a few milliseconds, so commands land mid-run
-SPEC = JobSpec(name="t", iterations=120, width=128, batch_size=32, checkpoint_every=20)
+# StepLR halves the LR every 25 iterations; the shuffling loader goes through its 1024 samples
+# in 32 batches, so a run of 120 crosses LR steps and epochs
+SPEC = JobSpec(
+    name="t", iterations=120, width=128, batch_size=32, checkpoint_every=20,
+    config={"lr_step_every": 25, "lr_gamma": 0.5},
+)  # fmt: skip
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -79,9 +85,14 @@ def final_state(ex: RayExecutor, job_id: str) -> dict:
 
 
 def assert_bit_identical(a: dict, b: dict) -> None:
+    """Same iteration, parameters, LR schedule, counters and RNG state as the reference."""
     assert a["iteration"] == b["iteration"]
     for key in b["model"]:
         assert torch.equal(a["model"][key], b["model"][key]), key
+    assert a["optimizer"]["param_groups"][0]["lr"] == b["optimizer"]["param_groups"][0]["lr"]
+    assert a["objects"]["lr_scheduler"] == b["objects"]["lr_scheduler"]
+    assert a["objects"]["counters"] == b["objects"]["counters"]
+    assert torch.equal(a["objects"]["rng"]["torch"], b["objects"]["rng"]["torch"])
 
 
 def launches(ex: RayExecutor, job_id: str) -> list[str]:
@@ -134,7 +145,7 @@ def test_a_job_that_finishes_before_its_move_is_not_moved(executor):
     assert wait_finished(executor, "f").iteration == short.iterations
 
 
-def test_resize_one_two_one_continues_from_the_same_step(executor):
+def test_resize_one_two_one_continues_from_the_same_step(executor, reference):
     submit(executor, "r")
     executor.run("r", ((0, 0),), 32, "exclusive")
     executor.wait_until("r", 10)
@@ -145,15 +156,23 @@ def test_resize_one_two_one_continues_from_the_same_step(executor):
     executor.wait_until("r", next_checkpoint + 1)
     two_workers = final_state(executor, "r")  # written by the two-worker run
     assert two_workers["iteration"] == next_checkpoint
-    # linear scaling rule: twice the global batch, twice the learning rate
-    assert two_workers["optimizer"]["param_groups"][0]["lr"] == pytest.approx(2 * SPEC.lr)
+    # linear scaling rule: twice the global batch, twice the learning rate, which StepLR
+    # goes on halving every 25 iterations (a restore scales the LR, never resets it)
+    halvings = next_checkpoint // 25
+    assert two_workers["optimizer"]["param_groups"][0]["lr"] == 2 * SPEC.lr * 0.5**halvings
     executor.relaunch("r", ((0, 1),), 32, "resize")
     done = wait_finished(executor, "r")
     starts = [int(d.split("from iteration ")[1]) for d in launches(executor, "r")[1:]]
     stops = [c.iteration for c in executor.store.checkpoints("r")]
     assert all(s in stops for s in starts) and starts[0] < starts[1]  # no step lost or redone
     assert done.samples_done >= SPEC.total_samples
-    assert final_state(executor, "r")["optimizer"]["param_groups"][0]["lr"] == SPEC.lr
+    final = final_state(executor, "r")
+    # back at one worker at the spec's LR scale: StepLR went on from where it was (it counts
+    # iterations, and the two-worker ones were double-sized), never reset
+    stepped = final["objects"]["lr_scheduler"]["last_epoch"]
+    assert stepped == final["iteration"] < SPEC.iterations
+    assert final["optimizer"]["param_groups"][0]["lr"] == SPEC.lr * 0.5 ** (stepped // 25)
+    assert final["samples_done"] == reference["samples_done"]
 
 
 def test_killed_worker_restarts_from_last_checkpoint_and_finishes(executor, reference):
@@ -171,29 +190,85 @@ def test_killed_worker_restarts_from_last_checkpoint_and_finishes(executor, refe
     assert_bit_identical(final_state(executor, "k"), reference)
 
 
+def test_corrupt_newest_checkpoint_is_logged_and_skipped_after_a_kill(executor, reference):
+    submit(executor, "c", SPEC.model_copy(update={"min_step_time_s": 0.01}))
+    executor.run("c", ((0, 3),), SPEC.batch_size, "exclusive")
+    executor.wait_until("c", 50)
+    executor.suspend("c")  # no checkpoint is written while we damage the newest
+    newest = latest_checkpoint(executor.checkpoint_dir, "c")
+    raw = bytearray(Path(newest.path).read_bytes())
+    raw[-3] ^= 0xFF
+    Path(newest.path).write_bytes(bytes(raw))
+    ray.kill(executor.live["c"].workers[0], no_restart=True)
+    assert wait_finished(executor, "c").iteration == SPEC.iterations
+    (corrupt,) = executor.store.events("c", "corrupt checkpoint")
+    assert newest.path in corrupt["detail"] and "sha256" in corrupt["detail"]
+    restart = launches(executor, "c")[1]
+    assert f"from iteration {newest.iteration - SPEC.checkpoint_every}" in restart
+    assert_bit_identical(final_state(executor, "c"), reference)
+
+
+def test_a_crash_looping_job_backs_off_then_fails_with_its_error(executor):
+    broken = SPEC.model_copy(
+        update={"entrypoint": "json:loads", "max_restarts": 2, "restart_backoff_s": 0.3}
+    )  # json.loads(job_id, spec, hook) raises TypeError: a broken entrypoint
+    submit(executor, "x", broken)
+    executor.run("x", ((0, 2),), SPEC.batch_size, "exclusive")
+    reports, deadline = [], time.monotonic() + 90
+    while time.monotonic() < deadline and not any(isinstance(r, Failed) for r in reports):
+        reports += [r for r in executor.poll() if r.job_id == "x"]
+        time.sleep(0.05)
+    (failed,) = [r for r in reports if isinstance(r, Failed)]
+    record = executor.store.job("x")
+    assert record.status == "failed" and record.error == failed.error
+    assert "TypeError" in record.error
+    assert record.workers == () and "x" not in executor.live
+    assert len(executor.store.events("x", "failure")) == 3  # the first run and two restarts
+    waits = [e["detail"].split(" in ")[-1] for e in executor.store.events("x", "restart")]
+    assert waits == ["0.3 s", "0.6 s"]  # backoff doubles
+    starts = [e["at"] for e in executor.store.events("x", "launch")]
+    assert len(starts) == 3 and starts[2] - starts[1] >= 0.6 and starts[1] - starts[0] >= 0.3
+
+
+def test_finish_time_is_when_the_job_ended_not_when_it_was_seen(executor):
+    submit(executor, "late", SPEC.model_copy(update={"iterations": 5}))
+    executor.run("late", ((0, 0),), SPEC.batch_size, "exclusive")
+    while executor.status("late")["busy"]:
+        time.sleep(0.05)
+    ended = executor.status("late")["ended_unix"]
+    time.sleep(1.0)  # nobody polls: a scheduler that is down, or busy
+    done = wait_finished(executor, "late")
+    assert done.ended_unix == ended
+    assert executor.store.job("late").finish_s == pytest.approx(ended, abs=0.2)
+
+
 def test_timesliced_jobs_take_turns_and_both_finish(executor):
-    long = SPEC.model_copy(update={"iterations": 600, "min_step_time_s": 0.005})
+    long = SPEC.model_copy(update={"iterations": 300, "min_step_time_s": 0.005})
     executor.slicer.slice_s = 0.1
     for job_id in ("s1", "s2"):
         submit(executor, job_id, long)
+    # s2 must join while s1 still runs: its worker is a spare whose process is already up,
+    # not one still starting (on a loaded machine, a start outlasts s1's 1.5 s of work)
+    executor.warm_spares()
     executor.run("s1", ((0, 1),), SPEC.batch_size, "exclusive")
     executor.run("s2", ((0, 1),), SPEC.batch_size, "timeslice")
     assert executor.slicer.groups == {((0, 1),): ["s1", "s2"]}
+    assert executor.status("s1")["busy"], "s1 finished before s2 joined it"
     checks = 0
     while checks < 20 and all(j in executor.live for j in ("s1", "s2")):
-        with executor._lock:  # no switch in progress: the bookkeeping matches the workers
-            lives = [executor.live.get(j) for j in ("s1", "s2")]
-            if None in lives:
+        with executor.lock:  # no switch in progress: the bookkeeping matches the workers
+            gangs = [executor.live.get(j) for j in ("s1", "s2")]
+            if None in gangs:
                 break
-            statuses = ray.get([live.workers[0].status.remote() for live in lives])
+            statuses = ray.get([gang.workers[0].status.remote() for gang in gangs])
             if not all(s["busy"] for s in statuses):
                 break  # one has just finished; `poll` has not seen it yet
-            assert [live.suspended for live in lives] in ([True, False], [False, True])
-            assert [s["suspended"] for s in statuses] == [live.suspended for live in lives]
+            assert [gang.suspended for gang in gangs] in ([True, False], [False, True])
+            assert [s["suspended"] for s in statuses] == [gang.suspended for gang in gangs]
             checks += 1
         time.sleep(0.03)
     assert checks >= 5
-    for done in wait_all_finished(executor, "s1", "s2").values():
+    for done in wait_all_finished(executor, "s1", "s2", timeout_s=300).values():
         assert done.iteration == long.iterations
     assert executor.slicer.switches >= 2
 

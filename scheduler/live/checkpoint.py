@@ -13,6 +13,7 @@ import hashlib
 import io
 import os
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -68,13 +69,19 @@ def checkpoint_path(checkpoint_dir: str | Path, job_id: str, iteration: int) -> 
     return Path(checkpoint_dir) / job_id / f"it{iteration:09d}.ckpt"
 
 
-def latest_checkpoint(checkpoint_dir: str | Path, job_id: str) -> CheckpointRef | None:
+def latest_checkpoint(
+    checkpoint_dir: str | Path,
+    job_id: str,
+    on_corrupt: Callable[[CheckpointError], None] | None = None,
+) -> CheckpointRef | None:
     """The newest checkpoint of `job_id` that verifies, or None. A corrupt newer file is
-    skipped, so recovery falls back to the one before it."""
+    skipped (and given to `on_corrupt`), so recovery falls back to the one before it."""
     for path in sorted((Path(checkpoint_dir) / job_id).glob("it*.ckpt"), reverse=True):
         try:
             digest, payload = _read_verified(path)
-        except CheckpointError:
+        except CheckpointError as err:
+            if on_corrupt:
+                on_corrupt(err)
             continue
         return CheckpointRef(str(path), digest, int(path.stem[2:]), len(payload))
     return None

@@ -70,17 +70,17 @@ def _connect(state: Path | None, address: str | None, num_gpus: int = 4) -> None
     """Connect to the cluster (given or recorded), else start a local one for this process."""
     import ray
 
-    from perfcast.scheduler.live.executor import NAMESPACE
+    from perfcast.scheduler.live.executor import DRIVER_NAMESPACE
 
     address = address or _recorded_address(state)
     try:
         if address:
-            ray.init(address=address, namespace=NAMESPACE, log_to_driver=False)
+            ray.init(address=address, namespace=DRIVER_NAMESPACE, log_to_driver=False)
         else:
             ray.init(
                 num_gpus=None if _has_cuda() else num_gpus,
                 include_dashboard=False,
-                namespace=NAMESPACE,
+                namespace=DRIVER_NAMESPACE,
                 log_to_driver=False,
             )
     except (ConnectionError, RuntimeError, ValueError) as err:
@@ -147,7 +147,7 @@ def cluster_down(state: StateOpt = None) -> None:
 @cluster_app.command("status")
 def cluster_status(address: AddressOpt = None, state: StateOpt = None) -> None:
     """Nodes, GPUs and job counts."""
-    from perfcast.scheduler.live.executor import gpu_nodes
+    from perfcast.scheduler.live.nodes import gpu_nodes
 
     _connect(state, address)
     table = Table("core node", "Ray node", "address", "GPUs", "CPUs")
@@ -186,7 +186,7 @@ def submit(
 def _jobs_table(store: JobStore) -> Table:
     table = Table(
         "job", "state", "node", "GPUs", "iteration", "progress", "step s (measured)",
-        "step s (predicted)", "attempt", title="live jobs",
+        "step s (predicted)", "attempt", "metrics", "error", title="live jobs",
     )  # fmt: skip
     for r in store.jobs():
         spec = JobSpec(**r.spec)
@@ -201,8 +201,16 @@ def _jobs_table(store: JobStore) -> Table:
             f"{r.mean_step_time_s:.4f}" if r.mean_step_time_s else "-",
             f"{spec.min_step_time_s:.4f}" if spec.min_step_time_s else "-",
             str(r.attempt),
+            " ".join(f"{k}={v:.4g}" for k, v in (r.metrics or {}).items()) or "-",
+            _last_line(r.error) if r.status in ("failed", "restarting") else "-",
         )
     return table
+
+
+def _last_line(error: str | None) -> str:
+    """The exception line of a traceback (its last non-empty line), for a table cell."""
+    lines = [line for line in (error or "").splitlines() if line.strip()]
+    return lines[-1].strip()[:120] if lines else "-"
 
 
 @app.command("jobs")
@@ -222,6 +230,30 @@ def jobs(
                 live.update(_jobs_table(store))
         except KeyboardInterrupt:
             pass
+
+
+@job_app.command("show")
+def job_show(job_id: str, state: StateOpt = None) -> None:
+    """One job in full: its record, the error it failed with, and its event log."""
+    store = _store(state)
+    try:
+        record = store.job(job_id)
+    except StoreError as err:
+        raise PerfcastError(str(err)) from None
+    fields = Table("field", "value", title=f"job {job_id}", show_header=False)
+    shown = ("status", "gpus", "batch_size", "share", "attempt", "iteration", "samples_done",
+             "mean_step_time_s", "first_start_s", "finish_s", "metrics")  # fmt: skip
+    for name in shown:
+        fields.add_row(name, str(getattr(record, name)))
+    console.print(fields)
+    if record.error:
+        console.print(f"[bold]error[/] ({record.status}):", highlight=False)
+        console.print(record.error, markup=False, highlight=False)
+    events = Table("at", "event", "detail", title="events")
+    for event in store.events(job_id):
+        at = time.strftime("%H:%M:%S", time.localtime(event["at"]))
+        events.add_row(at, event["kind"], event["detail"][-200:])
+    console.print(events)
 
 
 def _parse_gpus(text: str | None) -> list[list[int]]:
@@ -314,7 +346,8 @@ def run_trace(
     """Drive a trace through the scheduler core on the Ray cluster, to the last job.
 
     Re-running it on the same --state after a crash continues the run: finished jobs are not
-    run again and running ones are taken over."""
+    run again and running ones are taken over. Exits 1 if a job failed (past its
+    max_restarts); `perfcast job show ID` gives its error."""
     import ray
 
     from perfcast.scheduler.live.executor import RayExecutor
@@ -349,12 +382,14 @@ def run_trace(
         )
     executor.shutdown()
     ray.shutdown()
-    table = Table("jobs", "finished", "avg JCT s", "p99 JCT s", "makespan s")
+    table = Table("jobs", "finished", "failed", "avg JCT s", "p99 JCT s", "makespan s")
     table.add_row(
-        str(summary.jobs), str(summary.finished),
+        str(summary.jobs), str(summary.finished), str(summary.failed),
         *(f"{v:.2f}" if math.isfinite(v) else "-" for v in
           (summary.avg_jct_s, summary.p99_jct_s, summary.makespan_s)),
     )  # fmt: skip
     console.print(table)
     if as_json:
         print(json.dumps(summary.as_dict()))
+    if summary.failed:  # the errors: `perfcast job show ID`
+        raise typer.Exit(1)

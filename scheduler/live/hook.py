@@ -1,12 +1,19 @@
 """The job-side API: what a training loop calls at each mini-batch boundary.
 
-    hook = ...                                  # given to the loop by its worker
-    start = hook.restore(model, optimizer)      # iteration to start from (0 or a checkpoint's)
-    for iteration in itertools.count(start):
-        train_one_batch(iteration, hook.global_batch)
-        if not hook.step(iteration + 1):        # report, checkpoint, obey the scheduler
-            break                               # done, or migrate / resize / stop: state saved
+    hook = ...                                   # given to the loop by its worker
+    settings = hook.config                       # the job spec's `config` mapping
+    sampler = ResumableBatchSampler(len(data), hook)          # shuffles, resumes mid-epoch
+    loader = DataLoader(data, batch_sampler=sampler, generator=torch.Generator())
+    start = hook.restore(model, optimizer, lr_scheduler=sched, rng=RngState(spec.seed))
+    for x, y in loader:                          # endless: the hook says when to stop
+        train_one_batch(x, y); sched.step()
+        hook.report(loss=loss.item())            # shown by `perfcast jobs`
+        if not hook.step():                      # checkpoint, obey the scheduler
+            break                                # done, or migrate / resize / stop: state saved
 
+`restore` takes the model, the optimizer and any other objects with `state_dict` /
+`load_state_dict` (LR scheduler, RNG, a user's counters as a plain dict): all of them are saved
+in every checkpoint and loaded on restore, so a resumed run continues the uninterrupted one.
 Like Gandiva's and AdaptDL's hooks, `step` measures the time of each mini-batch (the
 introspection the scheduler and the predictors read) and is the only place the scheduler acts:
 - suspend: the loop blocks inside `step` (on CUDA with one worker the model and optimizer are
@@ -15,17 +22,20 @@ introspection the scheduler and the predictors read) and is the only place the s
   returns False; new workers `restore` it on their node, at their size.
 Periodic checkpoints every `checkpoint_every` iterations bound the work a crash can lose.
 With several data-parallel workers, rank 0's pending command is broadcast at every boundary so
-all ranks act on the same iteration.
+all ranks act on the same iteration. When the scheduler runs the job at another global batch
+than the spec's, the learning rates (optimizer and LR schedulers alike) are scaled by the ratio
+of the new batch to the one they were saved at (linear scaling rule), never reset.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from enum import IntEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 import torch.distributed as dist
@@ -45,6 +55,11 @@ _HAND_OVER_TIMEOUT_S = 120.0
 
 class LaunchCancelled(RuntimeError):
     """A worker started ahead of a migration whose old workers finished or failed instead."""
+
+
+class AlreadyFinished(Exception):
+    """The restored checkpoint is the job's last: there is nothing left to train (it finished
+    while no scheduler recorded it). The worker reports the job finished."""
 
 
 class Command(IntEnum):
@@ -67,9 +82,15 @@ class HookStatus:
     restored_unix: float | None = None  # when `restore` returned: the loop is ready to train
     ended_unix: float | None = None  # when `step` told the loop to leave
     last_checkpoint: dict[str, Any] | None = None
+    metrics: dict[str, float] | None = None  # the latest `report`
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+class Stateful(Protocol):
+    def state_dict(self) -> dict[str, Any]: ...
+    def load_state_dict(self, state: dict[str, Any], /) -> Any: ...
 
 
 class TrainingHook:
@@ -103,6 +124,7 @@ class TrainingHook:
         self.status = HookStatus()
         self._model: nn.Module | None = None
         self._optimizer: torch.optim.Optimizer | None = None
+        self._objects: dict[str, Stateful | dict[str, Any]] = {}
         # Control state, guarded by one condition. Suspensions and resumes are counted, so a
         # resume always matches the suspension it ends (no stale "suspended" flag).
         self._cond = threading.Condition()
@@ -115,31 +137,66 @@ class TrainingHook:
         self._last_boundary: float | None = None
 
     # ---- job side -------------------------------------------------------------------------
-    def restore(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> int:
-        """Load the assigned checkpoint (if any) into `model` and `optimizer`, set the learning
-        rate for this job size, and return the iteration to start from."""
-        self._model, self._optimizer = model, optimizer
+    @property
+    def config(self) -> Mapping[str, Any]:
+        """The job's settings: the spec's `config` mapping."""
+        return self.spec.config
+
+    def restore(
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        **objects: Stateful | dict[str, Any],
+    ) -> int:
+        """Declare the job's state and load the assigned checkpoint (if any) into it: the
+        model, the optimizer and each of `objects` (anything with `state_dict` and
+        `load_state_dict`, or a plain dict, updated in place). Scales the learning rates to
+        this run's global batch; returns the iteration to start from."""
+        for name, obj in objects.items():
+            if not isinstance(obj, dict) and not (
+                hasattr(obj, "state_dict") and hasattr(obj, "load_state_dict")
+            ):
+                raise TypeError(f"restore({name}=...): {type(obj).__name__} has no state_dict")
+        self._model, self._optimizer, self._objects = model, optimizer, dict(objects)
         if not self._handed_over.wait(_HAND_OVER_TIMEOUT_S):
             raise RuntimeError(f"no checkpoint handed over in {_HAND_OVER_TIMEOUT_S:.0f} s")
         if self._cancelled:
             raise LaunchCancelled(f"job {self.job_id}: the move was called off")
         start = samples = 0
+        saved_batch = self.spec.batch_size  # the learning rates in the user's code are for it
         if self.restore_from is not None:
             state = load_checkpoint(
                 self.restore_from.path, self.restore_from.sha256, map_location=str(self.device)
             )
             _unwrap(model).load_state_dict(state["model"])
             optimizer.load_state_dict(state["optimizer"])
+            missing = set(objects) - set(state.get("objects", {}))
+            if missing:
+                raise KeyError(f"checkpoint {self.restore_from.path} has no {sorted(missing)}")
+            for name, obj in objects.items():
+                _load_into(obj, state["objects"][name])
             start, samples = int(state["iteration"]), int(state["samples_done"])
-        for group in optimizer.param_groups:
-            group["lr"] = self.spec.scaled_lr(self.global_batch)
+            saved_batch = int(state.get("global_batch", saved_batch))
+            self.status.iteration, self.status.samples_done = start, samples
+            if samples >= self.spec.total_samples:  # one more step would overshoot the job
+                self.status.exit_reason = "finished"
+                self.status.ended_unix = time.time()
+                raise AlreadyFinished(f"job {self.job_id} finished at iteration {start}")
+        if self.global_batch != saved_batch:
+            _scale_lr(optimizer, objects.values(), self.global_batch / saved_batch)
         self.status.iteration, self.status.samples_done = start, samples
         self.status.restored_unix = time.time()
         self._last_boundary = time.perf_counter()
         return start
 
-    def step(self, iteration: int) -> bool:
-        """Mini-batch boundary after `iteration` batches. False means: leave the loop now."""
+    def report(self, **metrics: float) -> None:
+        """Record the job's latest metrics (loss, accuracy, ...): `perfcast jobs` shows them."""
+        self.status.metrics = {k: float(v) for k, v in metrics.items()}
+
+    def step(self, iteration: int | None = None) -> bool:
+        """Mini-batch boundary after `iteration` batches (default: one more than the last).
+        False means: leave the loop now."""
+        iteration = self.status.iteration + 1 if iteration is None else iteration
         now = time.perf_counter()
         if self._last_boundary is not None:
             elapsed = now - self._last_boundary
@@ -257,6 +314,8 @@ class TrainingHook:
             "samples_done": self.status.samples_done,
             "model": _unwrap(self._model).state_dict(),
             "optimizer": self._optimizer.state_dict(),
+            "global_batch": self.global_batch,
+            "objects": {name: _state_of(obj) for name, obj in self._objects.items()},
         }
         ref = save_checkpoint(checkpoint_path(self.checkpoint_dir, self.job_id, iteration), state)
         self.status.last_checkpoint = asdict(ref)
@@ -267,6 +326,31 @@ class TrainingHook:
         for old in files[:-_KEEP_CHECKPOINTS]:
             if str(old) != keep:
                 old.unlink(missing_ok=True)
+
+
+def _state_of(obj: Stateful | dict[str, Any]) -> dict[str, Any]:
+    return dict(obj) if isinstance(obj, dict) else obj.state_dict()
+
+
+def _load_into(obj: Stateful | dict[str, Any], state: dict[str, Any]) -> None:
+    if isinstance(obj, dict):
+        obj.clear()
+        obj.update(state)
+    else:
+        obj.load_state_dict(state)
+
+
+def _scale_lr(optimizer: torch.optim.Optimizer, objects: Any, factor: float) -> None:
+    """Multiply every learning rate by `factor`: the optimizer's groups (current and initial)
+    and those LR schedulers compute from, so a schedule continues at the new scale."""
+    for group in optimizer.param_groups:
+        group["lr"] *= factor
+        if "initial_lr" in group:
+            group["initial_lr"] *= factor
+    for obj in objects:
+        if isinstance(obj, torch.optim.lr_scheduler.LRScheduler):
+            obj.base_lrs = [lr * factor for lr in obj.base_lrs]
+            obj._last_lr = [lr * factor for lr in obj.get_last_lr()]  # what get_last_lr says
 
 
 def _unwrap(model: nn.Module) -> nn.Module:

@@ -1,14 +1,15 @@
 """The models live jobs train and their synthetic data.
 
-The data is synthetic (random inputs labelled by a fixed random teacher), generated from
-(seed, iteration) alone, so a batch does not depend on which worker, node or attempt asks for
-it: that is what lets a resumed or migrated run reproduce an uninterrupted one bit for bit.
+The data is synthetic (random inputs labelled by a fixed random teacher), generated from the
+job's seed alone, so it does not depend on which worker, node or attempt asks for it; the
+order it is read in is the sampler's (`data.ResumableBatchSampler`).
 """
 
 from __future__ import annotations
 
 import torch
 from torch import nn
+from torch.utils.data import TensorDataset
 
 from perfcast.scheduler.live.spec import JobSpec
 
@@ -39,17 +40,15 @@ def num_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def synthetic_batch(
-    spec: JobSpec, iteration: int, global_batch: int, rank: int, world_size: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rank `rank`'s share of the global batch for `iteration` (synthetic data)."""
-    gen = torch.Generator().manual_seed(spec.seed * 1_000_003 + iteration)
-    shape = (global_batch, spec.input_dim) if spec.model == "mlp" else (global_batch, 3 * 64)
-    x = torch.randn(shape, generator=gen)
-    teacher = torch.Generator().manual_seed(spec.seed + 7)
-    w = torch.randn(shape[1], spec.num_classes, generator=teacher)
-    y = (x @ w).argmax(dim=1)
+def synthetic_dataset(spec: JobSpec) -> TensorDataset:
+    """The job's dataset: `config["dataset_size"]` (default 1024) random inputs labelled by a
+    fixed random teacher, all drawn from the job's seed (synthetic data)."""
+    size = int(spec.config.get("dataset_size", 1024))
+    gen = torch.Generator().manual_seed(spec.seed * 1_000_003)
+    features = spec.input_dim if spec.model == "mlp" else 3 * _IMAGE_SIDE**2
+    x = torch.randn(size, features, generator=gen)
+    teacher = torch.randn(features, spec.num_classes, generator=gen)
+    y = (x @ teacher).argmax(dim=1)
     if spec.model == "cnn":
-        x = x.view(global_batch, 3, _IMAGE_SIDE, _IMAGE_SIDE)
-    share = global_batch // world_size
-    return x[rank * share : (rank + 1) * share], y[rank * share : (rank + 1) * share]
+        x = x.view(size, 3, _IMAGE_SIDE, _IMAGE_SIDE)
+    return TensorDataset(x, y)

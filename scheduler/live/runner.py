@@ -21,13 +21,8 @@ from perfcast.scheduler.core.cluster import ClusterState
 from perfcast.scheduler.core.decisions import Decision, Migrate, Resize, Run, Suspend
 from perfcast.scheduler.core.jobs import Job, JobStatus
 from perfcast.scheduler.core.loop import SchedulingLoop, SchedulingPolicy, apply_decision
-from perfcast.scheduler.live.executor import (
-    Finished,
-    Lost,
-    Progress,
-    RayExecutor,
-    cluster_spec_from_ray,
-)
+from perfcast.scheduler.live.executor import Failed, Finished, Lost, Progress, RayExecutor
+from perfcast.scheduler.live.nodes import cluster_spec_from_ray
 from perfcast.scheduler.live.spec import JobSpec
 from perfcast.scheduler.live.store import JobStore
 
@@ -65,6 +60,7 @@ def core_job(job_id: str, spec: JobSpec) -> Job:
 class RunSummary:
     jobs: int
     finished: int
+    failed: int
     avg_jct_s: float
     p99_jct_s: float
     makespan_s: float
@@ -73,6 +69,7 @@ class RunSummary:
         return {
             "jobs": self.jobs,
             "finished": self.finished,
+            "failed": self.failed,
             "avg_jct_s": self.avg_jct_s,
             "p99_jct_s": self.p99_jct_s,
             "makespan_s": self.makespan_s,
@@ -101,7 +98,8 @@ class LiveRunner:
 
     def recover(self) -> dict[str, int]:
         """Rebuild the loop's job and cluster state from the store (after a restart)."""
-        counts = {"done": 0, "reattached": 0, "restarted": 0, "pending": 0}
+        counts = {"done": 0, "failed": 0, "reattached": 0, "restarted": 0, "pending": 0}
+        reattached = []
         now = self.now()
         self.executor.kill_orphans()
         for record in self.store.jobs():
@@ -110,9 +108,9 @@ class LiveRunner:
             (state,) = self.loop.submit([core_job(record.job_id, JobSpec(**record.spec))], now)
             state.samples_done = float(record.samples_done)
             state.first_start_s = record.first_start_s
-            if record.status == "done":
+            if record.status in ("done", "failed"):
                 self.loop.jobs.finish(record.job_id, record.finish_s or now)
-                counts["done"] += 1
+                counts[record.status] += 1
             elif record.status == "pending":
                 counts["pending"] += 1
             elif self.executor.reattach(record.job_id) and record.status == "running":
@@ -123,9 +121,11 @@ class LiveRunner:
                     now,
                 )
                 counts["reattached"] += 1
+                reattached.append(record.job_id)
             else:  # suspended, or its workers are gone: the policy runs it again
                 state.status = JobStatus.SUSPENDED
                 counts["restarted"] += 1
+        self.executor.rejoin_timeslices(reattached)
         return counts
 
     def step(self) -> None:
@@ -143,6 +143,9 @@ class LiveRunner:
         self.loop.round(now)
         for report in self.executor.poll():
             now = self.now()
+            if report.job_id not in self.loop.jobs.all:  # another runner's job, on a shared
+                self.store.log(report.job_id, "ignored report", type(report).__name__)
+                continue  # executor: the loop has nothing to update
             if isinstance(report, Progress):
                 self.loop.report_progress(report.job_id, report.samples_done, now)
                 if report.mean_step_time_s:  # measured figures for the next decisions
@@ -153,6 +156,8 @@ class LiveRunner:
                 self.loop.job_finished(report.job_id, self.store.job(report.job_id).finish_s)
             elif isinstance(report, Lost):
                 apply_decision(Suspend(report.job_id), self.loop.cluster, self.loop.jobs, now)
+            elif isinstance(report, Failed):  # given up: its GPUs go back, it is not run again
+                self.loop.job_finished(report.job_id, now)
 
     def _operator_commands(self, now: float) -> None:
         """Carry out `perfcast job ...` commands as decisions of this round. The policy may
@@ -197,12 +202,12 @@ class LiveRunner:
         raise ValueError(f"unknown command {kind!r}")
 
     def unfinished(self) -> int:
-        return sum(1 for r in self.store.jobs() if r.status != "done")
+        return sum(1 for r in self.store.jobs() if r.status not in ("done", "failed"))
 
     def run(
         self, timeout_s: float = 3600.0, on_round: Callable[[LiveRunner], None] | None = None
     ) -> RunSummary:
-        """Run rounds until every submitted job is done."""
+        """Run rounds until every submitted job is done or has failed."""
         deadline = time.monotonic() + timeout_s
         while self.unfinished():
             if time.monotonic() > deadline:
@@ -222,6 +227,7 @@ class LiveRunner:
         return RunSummary(
             jobs=len(records),
             finished=len(jcts),
+            failed=sum(1 for r in records if r.status == "failed"),
             avg_jct_s=statistics.fmean(jcts) if jcts else math.nan,
             p99_jct_s=p99,
             makespan_s=max((r.finish_s or 0.0) for r in records) if jcts else math.nan,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -19,7 +19,7 @@ class JobSpec(BaseModel):
     """A training job: `iterations` mini-batches of global `batch_size` at `num_gpus` workers,
     that is `total_samples` samples; `lr` is the learning rate at that batch. The scheduler
     may run it at another size and batch: the work stays `total_samples` and the learning
-    rate follows the linear scaling rule (see `scaled_lr`)."""
+    rates follow the linear scaling rule (see `TrainingHook.restore`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -40,6 +40,15 @@ class JobSpec(BaseModel):
         default=0.0, ge=0, description="pad each step to at least this long (trace replay)"
     )
     submit_time_s: float = Field(default=0.0, ge=0)
+    max_restarts: int = Field(
+        default=3, ge=0, description="restarts after failures with no checkpoint in between"
+    )
+    restart_backoff_s: float = Field(
+        default=1.0, ge=0, description="wait before the first restart; doubles each time"
+    )
+    config: dict[str, Any] = Field(
+        default_factory=dict, description="the job's own settings, given to its loop as hook.config"
+    )
     entrypoint: str = Field(
         default="perfcast.scheduler.live.training:train",
         pattern=r"^[\w.]+:\w+$",
@@ -57,11 +66,6 @@ class JobSpec(BaseModel):
     @property
     def total_samples(self) -> int:
         return self.iterations * self.batch_size
-
-    def scaled_lr(self, global_batch: int) -> float:
-        """Linear scaling rule (Goyal et al. 2017): the learning rate is proportional to the
-        global batch, lr' = lr * global_batch / batch_size."""
-        return self.lr * global_batch / self.batch_size
 
 
 def parse_job(data: object, source: str = "<job>") -> JobSpec:

@@ -22,7 +22,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     job_id TEXT PRIMARY KEY,
     spec TEXT NOT NULL,               -- JobSpec as JSON
     submit_time_s REAL NOT NULL,      -- on the run's clock
-    status TEXT NOT NULL,             -- pending | running | suspended | done
+    status TEXT NOT NULL,             -- pending | running | suspended | done | failed
     gpus TEXT NOT NULL DEFAULT '[]',  -- [[node, gpu], ...] held now
     batch_size INTEGER,
     share TEXT NOT NULL DEFAULT 'exclusive',
@@ -33,7 +33,9 @@ CREATE TABLE IF NOT EXISTS jobs (
     last_step_time_s REAL,
     mean_step_time_s REAL,
     first_start_s REAL,
-    finish_s REAL
+    finish_s REAL,
+    metrics TEXT,                     -- the job's latest `hook.report`, JSON
+    error TEXT                        -- why it failed (status failed) or last failed
 );
 CREATE TABLE IF NOT EXISTS checkpoints (
     job_id TEXT NOT NULL REFERENCES jobs(job_id),
@@ -64,8 +66,9 @@ CREATE TABLE IF NOT EXISTS events (
 
 _JOB_FIELDS = (
     "status", "gpus", "batch_size", "share", "workers", "attempt", "samples_done", "iteration",
-    "last_step_time_s", "mean_step_time_s", "first_start_s", "finish_s",
+    "last_step_time_s", "mean_step_time_s", "first_start_s", "finish_s", "metrics", "error",
 )  # fmt: skip
+_ADDED_COLUMNS = {"metrics": "TEXT", "error": "TEXT"}  # absent from databases of earlier versions
 
 
 class StoreError(PerfcastError):
@@ -89,6 +92,8 @@ class JobRecord:
     mean_step_time_s: float | None
     first_start_s: float | None
     finish_s: float | None
+    metrics: dict[str, float] | None
+    error: str | None
 
 
 class JobStore:
@@ -101,6 +106,10 @@ class JobStore:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
             self._db.executescript(_SCHEMA)
+            have = {row[1] for row in self._db.execute("PRAGMA table_info(jobs)")}
+            for column, kind in _ADDED_COLUMNS.items():
+                if column not in have:
+                    self._db.execute(f"ALTER TABLE jobs ADD COLUMN {column} {kind}")
         except sqlite3.DatabaseError as err:
             raise StoreError(f"state database {self.path}: {err}") from None
 
@@ -148,6 +157,8 @@ class JobStore:
         for key in ("gpus", "workers"):
             if key in fields:
                 fields[key] = json.dumps([list(g) if key == "gpus" else g for g in fields[key]])
+        if fields.get("metrics") is not None:
+            fields["metrics"] = json.dumps(fields["metrics"])
         assignments = ", ".join(f"{k} = ?" for k in fields)
         with self._lock, self._db:
             cursor = self._db.execute(
@@ -232,4 +243,5 @@ def _record(row: tuple[Any, ...]) -> JobRecord:
     values["spec"] = json.loads(values["spec"])
     values["gpus"] = tuple(tuple(g) for g in json.loads(values["gpus"]))
     values["workers"] = tuple(json.loads(values["workers"]))
+    values["metrics"] = json.loads(values["metrics"]) if values["metrics"] else None
     return JobRecord(**values)

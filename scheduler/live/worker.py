@@ -23,7 +23,7 @@ import torch
 import torch.distributed as dist
 
 from perfcast.scheduler.live.checkpoint import CheckpointRef
-from perfcast.scheduler.live.hook import HookStatus, TrainingHook
+from perfcast.scheduler.live.hook import AlreadyFinished, HookStatus, TrainingHook
 from perfcast.scheduler.live.spec import JobSpec
 
 PROCESS_GROUP_TIMEOUT = datetime.timedelta(seconds=60)
@@ -167,6 +167,8 @@ class TrainingWorker:
                 "status": "finished" if finished else "exited",
                 "reason": hook.status.exit_reason or "loop returned",
             }
+        except AlreadyFinished:
+            outcome |= {"status": "finished", "reason": "finished"}
         except Exception:
             outcome |= {"status": "failed", "reason": traceback.format_exc(limit=5)}
         finally:

@@ -1,0 +1,108 @@
+"""The worker processes: new ones pinned to their node, warm spares, and the clean-up of
+workers that no job refers to.
+
+Workers are named, detached Ray actors in the executor's namespace, so they outlive a crashed
+scheduler process; a restarted one finds them by name. Each scheduler state (its `JobStore`)
+has its own namespace, so clean-up never touches another scheduler's workers.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from perfcast.scheduler.live.gang import RPC_TIMEOUT_S, WorkerGang
+from perfcast.scheduler.live.nodes import NodeView
+from perfcast.scheduler.live.worker import TrainingWorker
+
+
+@dataclass(frozen=True)
+class Spare:
+    worker: Any  # ActorHandle
+    name: str
+    ready: Any  # ObjectRef of its first answer: set once its process is up
+
+
+class WorkerPool:
+    def __init__(
+        self, nodes: NodeView, namespace: str, spares_per_node: int = 0, worker_threads: int = 1
+    ) -> None:
+        self.nodes, self.namespace = nodes, namespace
+        self.spares_per_node, self.worker_threads = spares_per_node, worker_threads
+        self._spares: dict[int, list[Spare]] = {node: [] for node in range(len(nodes))}
+
+    def take(self, node: int) -> tuple[Any, str]:
+        """A worker on core node `node`: a spare whose process is up if there is one, else
+        the oldest spare, else a new worker. `top_up` replaces spares used up, off the
+        critical path of the launch (a new process competes for the node's CPUs)."""
+        self.nodes.ray_id(node)  # an unknown node: ExecutorError
+        spares = self._spares[node]
+        if not spares:
+            return self._new_worker(node)
+        ready, _ = ray.wait([s.ready for s in spares], num_returns=1, timeout=0)
+        spare = next((s for s in spares if ready and s.ready == ready[0]), spares[0])
+        spares.remove(spare)
+        return spare.worker, spare.name
+
+    def top_up(self) -> None:
+        """Start (in the background) the spares needed to get back to `spares_per_node`."""
+        for node, spares in self._spares.items():
+            while len(spares) < self.spares_per_node:
+                worker, name = self._new_worker(node)
+                spares.append(Spare(worker, name, worker.info.remote()))
+
+    def warm(self) -> None:
+        """Top up and wait until every spare is up (process started, imports done)."""
+        self.top_up()
+        readiness = [s.ready for spares in self._spares.values() for s in spares]
+        ray.get(readiness, timeout=RPC_TIMEOUT_S)
+
+    def give_back(self, gang: WorkerGang) -> None:
+        """Keep a gang's idle workers as spares on their node, up to `spares_per_node`."""
+        for worker, name, (node, _) in zip(gang.workers, gang.names, gang.gpus, strict=True):
+            spares = self._spares[node]
+            if len(spares) < self.spares_per_node:
+                spares.append(Spare(worker, name, worker.info.remote()))
+            else:
+                ray.kill(worker, no_restart=True)
+
+    def kill_orphans(self, known: Iterable[str]) -> int:
+        """Kill the workers of this namespace that neither `known` (the jobs' workers) nor
+        the spares name: those a crashed scheduler left behind."""
+        keep = set(known) | {s.name for spares in self._spares.values() for s in spares}
+        orphans = [
+            a["name"]
+            for a in ray.util.list_named_actors(all_namespaces=True)
+            if a["namespace"] == self.namespace and a["name"] not in keep
+        ]
+        for name in orphans:
+            try:
+                ray.kill(ray.get_actor(name, namespace=self.namespace), no_restart=True)
+            except ValueError:  # gone meanwhile
+                continue
+        return len(orphans)
+
+    def find(self, name: str) -> Any:
+        """The handle of a named worker of this namespace (ValueError if there is none)."""
+        return ray.get_actor(name, namespace=self.namespace)
+
+    def shutdown(self) -> None:
+        for spares in self._spares.values():
+            for spare in spares:
+                ray.kill(spare.worker, no_restart=True)
+            spares.clear()
+
+    def _new_worker(self, node: int) -> tuple[Any, str]:
+        name = f"worker-{uuid.uuid4().hex[:12]}"
+        worker = TrainingWorker.options(
+            name=name,
+            namespace=self.namespace,
+            lifetime="detached",  # outlives a crashed scheduler process
+            scheduling_strategy=NodeAffinitySchedulingStrategy(self.nodes.ray_id(node), soft=False),
+        ).remote(self.worker_threads)
+        return worker, name

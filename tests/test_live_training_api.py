@@ -1,0 +1,194 @@
+"""The job-side training API without a cluster: declared state (LR scheduler, RNG, counters)
+saved and restored, learning rates scaled and never reset, the resumable shuffling sampler,
+settings from the spec and reported metrics."""
+
+from __future__ import annotations
+
+import random
+import threading
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from perfcast.scheduler.live.checkpoint import (
+    CheckpointRef,
+    checkpoint_path,
+    latest_checkpoint,
+    load_checkpoint,
+)
+from perfcast.scheduler.live.data import ResumableBatchSampler
+from perfcast.scheduler.live.hook import AlreadyFinished, HookStatus, TrainingHook
+from perfcast.scheduler.live.models import build_model
+from perfcast.scheduler.live.spec import JobSpec, JobSpecError, parse_job
+from perfcast.scheduler.live.state import RngState
+from perfcast.scheduler.live.store import JobStore
+from perfcast.scheduler.live.training import train
+
+torch.set_num_threads(1)
+SPEC = JobSpec(
+    name="api", iterations=30, batch_size=16, checkpoint_every=5,
+    config={"lr_step_every": 4, "lr_gamma": 0.5, "dataset_size": 40},
+)  # fmt: skip
+
+
+@dataclass
+class _Position:
+    """What the sampler reads of a hook."""
+
+    global_batch: int
+    world_size: int
+    rank: int
+    status: HookStatus = field(default_factory=HookStatus)
+
+
+def _batches(sampler: ResumableBatchSampler, count: int) -> list[list[int]]:
+    it = iter(sampler)
+    return [next(it) for _ in range(count)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    num_samples=st.integers(1, 50),
+    per_rank=st.integers(1, 8),
+    world=st.integers(1, 4),
+    start=st.integers(0, 200),
+    shuffle=st.booleans(),
+)
+def test_sampler_ranks_share_one_stream_of_epoch_permutations(
+    num_samples, per_rank, world, start, shuffle
+):
+    batch = per_rank * world
+    ranks = [
+        ResumableBatchSampler(num_samples, _Position(batch, world, r), shuffle=shuffle, seed=3)
+        for r in range(world)
+    ]
+    for r in ranks:
+        r.hook.status.samples_done = start
+    shares = [_batches(r, 4) for r in ranks]
+    stream = [i for k in range(4) for r in range(world) for i in shares[r][k]]
+    # the stream is epoch after epoch of permutations, from position `start`
+    order = ResumableBatchSampler(num_samples, _Position(1, 1, 0), shuffle=shuffle, seed=3)
+    expected = [int(order.epoch_order(p // num_samples)[p % num_samples])
+                for p in range(start, start + 4 * batch)]  # fmt: skip
+    assert stream == expected
+    assert sorted(order.epoch_order(1).tolist()) == list(range(num_samples))
+    # resumed at any batch boundary (another size included), it continues the same stream
+    resumed = ResumableBatchSampler(
+        num_samples, _Position(2 * batch, 1, 0), shuffle=shuffle, seed=3
+    )
+    resumed.hook.status.samples_done = start + batch
+    assert next(iter(resumed)) == expected[batch : 3 * batch]
+
+
+def test_rng_state_round_trip_restores_every_generator():
+    rng = RngState(5)
+    state = rng.state_dict()
+    first = (random.random(), np.random.rand(), torch.rand(3))
+    RngState(99)  # another seed: other draws
+    rng.load_state_dict(state)
+    again = (random.random(), np.random.rand(), torch.rand(3))
+    assert first[:2] == again[:2] and torch.equal(first[2], again[2])
+
+
+def _run(hook: TrainingHook) -> dict:
+    train(hook.job_id, SPEC, hook)
+    ref = latest_checkpoint(hook.checkpoint_dir, hook.job_id)
+    return load_checkpoint(ref.path, ref.sha256)
+
+
+def test_exit_and_restore_continue_the_lr_schedule_data_and_rng_bit_for_bit(tmp_path):
+    reference = _run(TrainingHook("ref", SPEC, checkpoint_dir=tmp_path))
+    assert reference["optimizer"]["param_groups"][0]["lr"] == SPEC.lr * 0.5 ** (30 // 4)
+
+    hook = TrainingHook("job", SPEC, checkpoint_dir=tmp_path)
+    loop = threading.Thread(target=train, args=("job", SPEC, hook))
+    loop.start()
+    assert hook.request_suspend(timeout_s=30)
+    hook.request_exit("migrate")
+    loop.join(30)
+    stopped = hook.status.last_checkpoint
+    assert 0 < stopped["iteration"] < SPEC.iterations
+    final = _run(TrainingHook("job", SPEC, checkpoint_dir=tmp_path,
+                              restore_from=CheckpointRef(**stopped)))  # fmt: skip
+    assert final["iteration"] == reference["iteration"]
+    for key, value in reference["model"].items():
+        assert torch.equal(final["model"][key], value), key
+    assert final["optimizer"]["param_groups"] == reference["optimizer"]["param_groups"]
+    assert final["objects"]["lr_scheduler"] == reference["objects"]["lr_scheduler"]
+    assert final["objects"]["counters"] == reference["objects"]["counters"]
+
+
+def _fresh_state():
+    model = build_model(SPEC)
+    optimizer = torch.optim.SGD(model.parameters(), lr=SPEC.lr, momentum=SPEC.momentum)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 4, 0.5)
+    return model, optimizer, scheduler
+
+
+def test_learning_rates_follow_the_batch_by_ratio_and_are_never_reset(tmp_path):
+    # fresh at twice the spec's batch: twice the LR, and StepLR decays from there
+    doubled = _run(TrainingHook("big", SPEC, global_batch=32, checkpoint_dir=tmp_path))
+    assert doubled["iteration"] == 15  # the same samples in half the iterations
+    assert doubled["optimizer"]["param_groups"][0]["lr"] == 2 * SPEC.lr * 0.5 ** (15 // 4)
+    assert doubled["objects"]["lr_scheduler"]["base_lrs"] == [2 * SPEC.lr]
+    # restored at the spec's batch from the doubled run's iteration 10: the decayed LR halved,
+    # not reset to the spec's
+    mid = checkpoint_path(tmp_path, "big", 10)
+    saved_lr = load_checkpoint(mid)["optimizer"]["param_groups"][0]["lr"]
+    hook = TrainingHook("big", SPEC, checkpoint_dir=tmp_path / "other",
+                        restore_from=CheckpointRef(str(mid), "", 10, 0))  # fmt: skip
+    model, optimizer, scheduler = _fresh_state()
+    assert (
+        hook.restore(model, optimizer, lr_scheduler=scheduler, rng=RngState(0), counters={}) == 10
+    )
+    assert saved_lr == 2 * SPEC.lr * 0.5 ** (10 // 4)
+    assert optimizer.param_groups[0]["lr"] == scheduler.get_last_lr()[0] == saved_lr / 2
+    assert scheduler.base_lrs == [SPEC.lr] and scheduler.last_epoch == 10
+    assert hook.status.samples_done == 10 * 32
+
+
+def test_restoring_a_finished_job_trains_no_further_step(tmp_path):
+    done = _run(TrainingHook("j", SPEC, checkpoint_dir=tmp_path))
+    last = latest_checkpoint(tmp_path, "j")
+    assert last.iteration == done["iteration"] == SPEC.iterations
+    hook = TrainingHook("j", SPEC, checkpoint_dir=tmp_path, restore_from=last)
+    with pytest.raises(AlreadyFinished):
+        train("j", SPEC, hook)
+    assert hook.status.iteration == SPEC.iterations
+    assert latest_checkpoint(tmp_path, "j") == last  # nothing written after it
+
+
+def test_restore_refuses_undeclared_or_stateless_objects(tmp_path):
+    hook = TrainingHook("j", SPEC, checkpoint_dir=tmp_path)
+    model, optimizer, _ = _fresh_state()
+    with pytest.raises(TypeError, match="sampler"):
+        hook.restore(model, optimizer, sampler=object())
+    _run(TrainingHook("k", SPEC, checkpoint_dir=tmp_path))
+    mid = checkpoint_path(tmp_path, "k", 25)
+    later = TrainingHook("k", SPEC, checkpoint_dir=tmp_path,
+                         restore_from=CheckpointRef(str(mid), "", 25, 0))  # fmt: skip
+    with pytest.raises(KeyError, match="epoch_counter"):
+        later.restore(model, optimizer, epoch_counter={"n": 0})
+
+
+def test_config_reaches_the_loop_and_reports_reach_the_store(tmp_path):
+    with pytest.raises(JobSpecError, match="config"):
+        parse_job({"name": "x", "iterations": 2, "config": [1, 2]})
+    spec = parse_job({"name": "x", "iterations": 12, "batch_size": 8,
+                      "config": {"lr_gamma": 0.1, "lr_step_every": 5}})  # fmt: skip
+    hook = TrainingHook("x", spec, checkpoint_dir=tmp_path)
+    assert hook.config == {"lr_gamma": 0.1, "lr_step_every": 5}
+    train("x", spec, hook)
+    final = load_checkpoint(latest_checkpoint(tmp_path, "x").path)
+    assert final["optimizer"]["param_groups"][0]["lr"] == pytest.approx(spec.lr * 0.1**2)
+    metrics = hook.status.metrics
+    assert set(metrics) == {"loss", "lr"} and metrics["loss"] > 0
+    store = JobStore(tmp_path / "state.db")
+    store.add_job("x", spec.model_dump(), 0.0)
+    store.update_job("x", metrics=metrics)
+    assert store.job("x").metrics == metrics
+    assert JobStore(tmp_path / "state.db").job("x").spec["config"]["lr_gamma"] == 0.1
