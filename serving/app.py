@@ -32,6 +32,7 @@ from perfcast.serving.models import ModelUnavailableError, ServedModels
 from perfcast.serving.routers import decide, health, predict
 from perfcast.serving.routers import models as models_routes
 from perfcast.serving.settings import Settings
+from perfcast.serving.ui import routes as ui
 
 log = logging.getLogger("perfcast.serving")
 
@@ -45,6 +46,7 @@ def create_app(settings: Settings | None = None, models: ServedModels | None = N
         models.reload()
     else:
         models.metrics = metrics
+        metrics.served(models.champions())
     app = FastAPI(
         title="perfcast",
         summary="Predictions and recommendations for deep-learning jobs on GPU clusters",
@@ -52,7 +54,7 @@ def create_app(settings: Settings | None = None, models: ServedModels | None = N
     )
     app.state.settings, app.state.models, app.state.metrics = settings, models, metrics
     app.state.batcher = PredictionBatcher(models)
-    for router in (predict.router, decide.router, models_routes.router, health.router):
+    for router in (predict.router, decide.router, models_routes.router, health.router, ui.router):
         app.include_router(router)
     app.add_exception_handler(RequestValidationError, _invalid)
     app.add_exception_handler(RequestLimitError, _over_limit)

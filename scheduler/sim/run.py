@@ -23,6 +23,7 @@ from perfcast.scheduler.sim import hpsearch
 from perfcast.scheduler.sim.costs import Costs
 from perfcast.scheduler.sim.engine import ProgressCallback, SimResult, simulate
 from perfcast.scheduler.sim.metrics import job_table, plot_jct_cdf, summarize
+from perfcast.scheduler.sim.report import write_report
 from perfcast.scheduler.sim.workload import Workload, build_workload, load_catalogs, read_trace
 
 
@@ -102,7 +103,7 @@ def run_simulation(
 
 
 def write_outputs(run: SimRun, out: Path) -> list[Path]:
-    """The run's metrics (JSON), per-job table (CSV) and JCT CDF (PNG) under `out`."""
+    """The run's metrics (JSON), per-job table (CSV), JCT CDF (PNG) and HTML report under `out`."""
     out.mkdir(parents=True, exist_ok=True)
     metrics = out / "metrics.json"
     tmp = metrics.with_suffix(".tmp")
@@ -111,4 +112,6 @@ def write_outputs(run: SimRun, out: Path) -> list[Path]:
     jobs = write_table(run.jobs, out / "jobs.csv")
     title = f"{run.summary['trace']} - {run.summary['policy']}"
     plot = plot_jct_cdf({str(run.summary["policy"]): run.jobs}, out / "jct_cdf.png", title)
-    return [metrics, jobs, plot]
+    # from the files above (one HTML file, no server needed)
+    report = write_report([out], out / "report.html", total_gpus=run.result.cluster.total_gpus)
+    return [metrics, jobs, plot, report]

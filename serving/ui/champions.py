@@ -1,0 +1,50 @@
+"""What the models page shows of each champion beyond `GET /v1/models`: the data and split it
+was trained with (its MLflow run's parameters) and the napkin baseline's error on the same
+held-out rows, recomputed the way the trainer scored the model (the trainer logs the model's
+held-out MAPE but not the baseline's)."""
+
+from __future__ import annotations
+
+import functools
+import logging
+from dataclasses import dataclass
+
+import mlflow
+
+from perfcast.errors import PerfcastError
+from perfcast.predictor.backend import TASK_TABLES
+from perfcast.training import model_store
+from perfcast.training.trainer import DEFAULT_DATA, baseline_mape, holdout, load_rows
+
+log = logging.getLogger("perfcast.serving.ui")
+
+
+@dataclass(frozen=True)
+class TrainedOn:
+    data: str
+    split: str
+    train_rows: int | None
+    test_rows: int | None
+    baseline_mape: float | None  # percent; None when the training data cannot be read
+    note: str = ""
+
+
+@functools.lru_cache(maxsize=64)  # per MLflow run: its data and held-out fold never change
+def trained_on(task: str, run_id: str) -> TrainedOn:
+    model_store.configure()
+    params = mlflow.get_run(run_id).data.params
+    data = params.get("data", DEFAULT_DATA.get(task, "?"))
+    split = params.get("split", "random")
+    train_n, test_n = _int(params.get("train_rows")), _int(params.get("test_rows"))
+    try:
+        rows = load_rows(task, data)
+        train, test = holdout(rows, TASK_TABLES[task][0], split)
+        baseline = baseline_mape(task, train, test)
+    except (PerfcastError, OSError) as err:
+        log.info("no baseline for the %s champion (run %s): %s", task, run_id, err)
+        return TrainedOn(data, split, train_n, test_n, None, f"baseline not computed: {err}")
+    return TrainedOn(data, split, train_n, test_n, baseline)
+
+
+def _int(value: str | None) -> int | None:
+    return int(value) if value is not None and value.isdigit() else None
