@@ -162,7 +162,7 @@ class ScalingFeatures:
         seconds_per_byte = ring_seconds_per_byte(rows)
         multi = (rows["num_nodes"] > 1).to_numpy()
         nominal = nominal_gradient_bytes(rows)
-        codes, first = _distinct([rows["job"], multi, rows["gpu_type"], nominal])
+        codes, first = distinct_groups([rows["job"], multi, rows["gpu_type"], nominal])
         keys = zip(
             rows["job"].to_numpy()[first].tolist(),
             multi[first].tolist(),
@@ -176,7 +176,7 @@ class ScalingFeatures:
     def uncharted(self, rows: pd.DataFrame) -> np.ndarray:
         """Multi-GPU rows whose job was never measured on more than one GPU of their type in
         the fitted rows: how it scales there is a new GPU's (or a new job's) guess."""
-        codes, first = _distinct([rows[c] for c in _KEY])
+        codes, first = distinct_groups([rows[c] for c in _KEY])
         keys = zip(*(rows[c].to_numpy()[first].tolist() for c in _KEY), strict=True)
         charted = np.array([key in self.scaled_ for key in keys], dtype=bool)[codes]
         return (rows["num_gpus"] > 1).to_numpy() & ~charted
@@ -195,7 +195,7 @@ class ScalingFeatures:
     def _t1_column(self, rows: pd.DataFrame) -> np.ndarray:
         single = (rows["num_gpus"] == 1).to_numpy()
         columns = [rows["job"], rows["gpu_type"], rows["local_batch_size"]]
-        codes, first = _distinct([*columns, single])
+        codes, first = distinct_groups([*columns, single])
         keys = zip(*(c.to_numpy()[first] for c in columns), single[first], strict=True)
         return np.array([self._t1(*key) for key in keys], dtype=float)[codes]
 
@@ -222,13 +222,13 @@ class ScalingFeatures:
         one-GPU lookups, and most of their configurations were never measured."""
         t1 = self._t1_column(rows)
         found = np.full((len(rows), 3), np.nan)
-        codes, first = _distinct([rows[c] for c in _CONFIG])
+        codes, first = distinct_groups([rows[c] for c in _CONFIG])
         configs = list(zip(*(rows[c].to_numpy()[first].tolist() for c in _CONFIG), strict=True))
         known = np.array([config in self.sync_ for config in configs])
         measured = known[codes] & (rows["num_gpus"] > 1).to_numpy()
         if measured.any():
             part = rows[measured]
-            codes, first = _distinct([part[c] for c in _ROW_KEY])
+            codes, first = distinct_groups([part[c] for c in _ROW_KEY])
             keys = zip(*(part[c].to_numpy()[first].tolist() for c in _ROW_KEY), strict=True)
             values = [self._overheads(key[:4], key[4], float(key[5])) for key in keys]
             found[measured] = np.array(values, dtype=float).reshape(-1, 3)[codes]
@@ -308,7 +308,7 @@ def ring_seconds_per_byte(rows: pd.DataFrame) -> np.ndarray:
     return np.where(n > 1, 2 * (n - 1) / n / link, 0.0)
 
 
-def _distinct(columns: list) -> tuple[np.ndarray, np.ndarray]:
+def distinct_groups(columns: list) -> tuple[np.ndarray, np.ndarray]:
     """(group code of each row, first row of each group) for the distinct combinations of
     `columns` (equal-length arrays or Series; missing values form their own group), factorized
     column by column, as pandas' MultiIndex would build one Python tuple per row."""

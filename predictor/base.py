@@ -104,11 +104,13 @@ def flags_column(flags: dict[str, np.ndarray], n: int) -> np.ndarray:
     unknown = set(flags) - set(FLAGS)
     if unknown:
         raise ValueError(f"flags outside the FLAGS vocabulary: {sorted(unknown)}")
-    out = np.full(n, "", dtype=object)
-    for token in (t for t in FLAGS if t in flags):
-        on = np.asarray(flags[token], dtype=bool)
-        out[on] = np.where(out[on] == "", token, out[on] + "," + token)
-    return out
+    tokens = [t for t in FLAGS if t in flags]
+    bits = np.zeros(n, dtype=np.int64)  # one bit per token: few distinct sets to spell out
+    for i, token in enumerate(tokens):
+        bits |= np.asarray(flags[token], dtype=bool).astype(np.int64) << i
+    sets, codes = np.unique(bits, return_inverse=True)
+    words = [",".join(t for i, t in enumerate(tokens) if s >> i & 1) for s in sets.tolist()]
+    return np.array(words, dtype=object)[codes.reshape(-1)]
 
 
 def interval_frame(

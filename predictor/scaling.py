@@ -9,7 +9,7 @@ import pandas as pd
 from sklearn.base import clone
 
 from perfcast.features.devices import interconnect_frame, spec_frame
-from perfcast.features.scaling import ScalingFeatures, gpus_per_node_of
+from perfcast.features.scaling import ScalingFeatures, distinct_groups, gpus_per_node_of
 from perfcast.predictor.base import TaskPredictor, flags_column, interval_frame
 from perfcast.predictor.regressors import QUANTILES, make_regressor
 
@@ -117,7 +117,7 @@ class ScalingPredictor(TaskPredictor):
             has_base[:] = False
         if has_base.any():
             ratio = np.vstack(self.ratio_model_.predict_quantiles(X[has_base]))
-            new_gpu = self.features_.uncharted(rows)[has_base]
+            new_gpu = flags["uncharted"][has_base]
             if self.new_gpu_margin_ is not None and new_gpu.any():
                 ratio[:, new_gpu] *= self.new_gpu_shrink_
                 raw = self.new_gpu_shrink_ * np.vstack(
@@ -143,54 +143,57 @@ class ScalingPredictor(TaskPredictor):
         unseen = flags["new_job"] | flags["new_gpu_type"]
         lo = np.where(unseen, np.fmin(lo, mid / UNSEEN_SPREAD), lo)
         hi = np.where(unseen, np.fmax(hi, mid * UNSEEN_SPREAD), hi)
-        mid, flags["monotonic_guard"] = self._monotonic(rows, mid, flags["measured"])
+        config = rows.assign(gpus_per_node=X["gpus_per_node"].to_numpy(dtype="int64"))
+        mid, flags["monotonic_guard"] = self._monotonic(config, mid, flags["measured"])
         lo, hi = np.fmin(lo, mid), np.fmax(hi, mid)
         frame = interval_frame(self.targets, rows.index, [(lo, mid, hi)])
         frame["flags"] = flags_column(
-            {k: v for k, v in flags.items() if k != "measured"}, len(frame)
+            {k: v for k, v in flags.items() if k not in ("measured", "uncharted")}, len(frame)
         )
         return frame
 
     def _flags(self, rows: pd.DataFrame, X: pd.DataFrame) -> dict[str, np.ndarray]:
-        """One boolean array per FLAGS token of the scaling task (and `measured`: the row's
-        configuration and batch are in the training rows)."""
-        gpn = X["gpus_per_node"].to_numpy(dtype=int)
-        keys = rows.assign(gpus_per_node=gpn)[[*_CONFIG, "gpu_type", "local_batch_size"]]
-        measured = np.array([key in self.measured_ for key in keys.itertuples(False, None)])
-        jobs, gpus = rows["job"].to_numpy(), rows["gpu_type"].to_numpy()
+        """One boolean array per FLAGS token of the scaling task, and two for this class:
+        `measured` (the row's configuration and batch are in the training rows) and
+        `uncharted` (`ScalingFeatures.uncharted`). Each distinct key is looked up
+        once: a batch of 10^5 candidates has few distinct jobs and GPU types."""
+        keyed = rows.assign(gpus_per_node=X["gpus_per_node"].to_numpy(dtype="int64"))
+        measured = _member(keyed, [*_CONFIG, "gpu_type", "local_batch_size"], self.measured_)
         num_gpus = rows["num_gpus"].to_numpy()
         multi = num_gpus > 1
-        max_gpus = np.array([self.max_gpus_.get(j, self.max_gpus_any_) for j in jobs])
-        bsz = rows["local_batch_size"].to_numpy(dtype=float)
+        jobs = rows["job"].astype(str)
+        max_gpus = jobs.map(self.max_gpus_).fillna(self.max_gpus_any_).to_numpy(dtype=float)
+        codes, first = distinct_groups([rows["job"], rows["gpu_type"]])
+        pairs = zip(rows["job"].to_numpy()[first], rows["gpu_type"].to_numpy()[first], strict=True)
         ranges = np.array(
-            [self.batch_range_.get(key, (np.nan, np.nan)) for key in zip(jobs, gpus, strict=True)],
-            dtype=float,
-        ).reshape(-1, 2)
-        links = interconnect_frame(rows).to_numpy()
-        no_links = np.isnan(links).all(axis=1) if multi.any() else np.zeros(len(rows), bool)
+            [self.batch_range_.get(pair, (np.nan, np.nan)) for pair in pairs], dtype=float
+        ).reshape(-1, 2)[codes]
+        bsz = rows["local_batch_size"].to_numpy(dtype=float)
+        uncharted = self.features_.uncharted(rows)
+        no_links = np.isnan(interconnect_frame(rows).to_numpy()).all(axis=1)
         return {
             "measured": measured,
+            "uncharted": uncharted,
             "new_job": ~rows["job"].isin(self.features_.jobs_).to_numpy(),
             "new_gpu_type": ~rows["gpu_type"].isin(self.gpu_types_).to_numpy(),
-            "unmeasured_config": multi & ~measured & self.features_.uncharted(rows),
+            "unmeasured_config": multi & ~measured & uncharted,
             "extrapolated_gpus": num_gpus > max_gpus,
             "extrapolated_batch": (bsz < ranges[:, 0]) | (bsz > ranges[:, 1]),
-            "no_interconnect_facts": multi & no_links & self.features_.uncharted(rows),
+            "no_interconnect_facts": multi & no_links & uncharted,
         }
 
+    @staticmethod
     def _monotonic(
-        self, rows: pd.DataFrame, mid: np.ndarray, measured: np.ndarray
+        rows: pd.DataFrame, mid: np.ndarray, measured: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
         """Among the rows of one request with the same job and configuration, a larger local
         batch is not predicted faster than a smaller one on the same GPU type, and a GPU at
         least as fast (datasheet FP32 peak and memory bandwidth both no lower) is not predicted
         slower at the same batch. Rows whose configuration and batch were measured keep their
-        prediction: the measurement may say otherwise. Returns (p50, changed)."""
-        config = pd.MultiIndex.from_frame(
-            rows.assign(gpus_per_node=gpus_per_node_of(rows))[_CONFIG]
-        )
-        group = pd.factorize(config)[0]
-        if len(np.unique(group)) == len(rows):
+        prediction: the measurement may say otherwise. `rows` carry `gpus_per_node`. Returns
+        (p50, changed)."""
+        group, first = distinct_groups([rows[c] for c in _CONFIG])
+        if len(first) == len(rows):  # no two rows share a configuration: nothing to compare
             return mid, np.zeros(len(rows), dtype=bool)
         gpu, gpu_names = pd.factorize(rows["gpu_type"])
         bsz = rows["local_batch_size"].to_numpy(dtype=float)
@@ -204,7 +207,7 @@ class ScalingPredictor(TaskPredictor):
         specs = spec_frame(pd.Series(gpu_names))
         flops, bw = specs["peak_tflops_fp32"].to_numpy(), specs["mem_bw_gbps"].to_numpy()
         at_least = (flops[:, None] >= flops[None, :]) & (bw[:, None] >= bw[None, :])
-        cell = pd.factorize(pd.MultiIndex.from_arrays([group, bsz]))[0]
+        cell = distinct_groups([group, bsz])[0]
         table = np.full((cell.max() + 1, len(gpu_names)), np.inf)
         np.minimum.at(table, (cell, gpu), guarded)
         for code in np.flatnonzero(at_least.sum(axis=1) > 1):
@@ -212,6 +215,13 @@ class ScalingPredictor(TaskPredictor):
             ceiling = table[cell[these]][:, at_least[code]].min(axis=1)
             guarded[these] = np.minimum(guarded[these], ceiling)
         return guarded, guarded != mid
+
+
+def _member(rows: pd.DataFrame, columns: list[str], keys: frozenset) -> np.ndarray:
+    """Whether each row's tuple of `columns` is in `keys`, looked up once per distinct tuple."""
+    codes, first = distinct_groups([rows[c] for c in columns])
+    distinct = zip(*(rows[c].to_numpy()[first].tolist() for c in columns), strict=True)
+    return np.array([key in keys for key in distinct], dtype=bool)[codes]
 
 
 def _design(
