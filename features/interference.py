@@ -11,6 +11,12 @@ Gavel's pairs), because the details identify workloads rather than describe inte
 `general` keeps only what carries over between workloads: how fast the other job iterates
 alone and how that compares with this job (the job with the shorter iterations loses the larger
 share of its speed), and the device.
+
+`evidence` says how much of the slowdown learned from the training pairs a pair with a new
+workload should get (the rest shrinks toward "no interference", speed 1.0): the slowdowns
+Gavel measured (two jobs that each keep a GPU busy, about 0.55 each) do not carry over to
+workloads that leave the device half idle. Where both jobs' solo utilization counters are
+measured they decide it; otherwise the model families the training pairs covered do.
 """
 
 from __future__ import annotations
@@ -78,6 +84,39 @@ class InterferenceFeatures:
         X = pd.DataFrame({"tput_ratio": self_tput - other_tput, "other_log_tput": other_tput})
         _add_specs(X, rows)
         return X
+
+    def evidence(self, rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+        """(share of the learned log-slowdown in [0, 1], whether counters decided it) per
+        pair; see the module docstring. The worse-contended counter (GPU busy time or
+        memory bandwidth) decides where both jobs have it."""
+        seen = sum(
+            _families(rows[f"{side}_job"].astype(str)).isin(self.families_).to_numpy(int)
+            for side in ("a", "b")
+        )
+        share = np.asarray(FAMILY_EVIDENCE)[seen]
+        measured = pd.concat(
+            [
+                contention(_column(rows, f"a_{counter}"), _column(rows, f"b_{counter}"))
+                for counter in _COUNTERS
+            ],
+            axis=1,
+        ).max(axis=1, skipna=True)
+        from_counters = measured.notna().to_numpy()
+        return np.where(from_counters, measured.to_numpy(dtype=float), share), from_counters
+
+
+# Share of the learned slowdown a new-workload pair gets from the model families alone, when no
+# utilization counter was measured for both jobs: with neither family in training, halfway
+# between the learned slowdown and none (each hypothesis is then at most half wrong); each
+# family seen moves it a quarter closer to the learned one.
+FAMILY_EVIDENCE = (0.5, 0.75, 1.0)
+
+
+def contention(self_util: pd.Series, other_util: pd.Series) -> pd.Series:
+    """How far two jobs' solo busy fractions (%) overflow one device, in [0, 1]: 0 while
+    they fit in 100% together (time-sharing costs nothing), 1 when both keep it fully busy
+    (the Gavel pairs' situation); NaN where either counter is missing."""
+    return ((self_util + other_util) / 100.0 - 1.0).clip(0.0, 1.0)
 
 
 def _other(side: str) -> str:

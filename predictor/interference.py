@@ -10,8 +10,13 @@ import pandas as pd
 from perfcast.datasets.splits import folds
 from perfcast.errors import PerfcastError
 from perfcast.features.interference import InterferenceFeatures
-from perfcast.predictor.base import TaskPredictor, interval_frame
-from perfcast.predictor.regressors import QUANTILES, ConformalQuantiles, make_regressor
+from perfcast.predictor.base import TaskPredictor, flags_column, interval_frame
+from perfcast.predictor.regressors import (
+    ConformalQuantiles,
+    conformal_margin,
+    conformity_scores,
+    make_regressor,
+)
 
 # The model for pairs with a workload it has not seen: few features and strong regularization
 # (additive stumps on large leaves; a small, briefly trained network), so it learns the trend
@@ -51,6 +56,7 @@ class InterferencePredictor(TaskPredictor):
 
     def _predict_interval(self, rows: pd.DataFrame) -> pd.DataFrame:
         known = self.features_.known_pair(rows)
+        share, from_counters = self.features_.evidence(rows[~known])
         sides = []
         for side in ("a", "b"):
             lo, mid, hi = (np.empty(len(rows)) for _ in range(3))
@@ -59,11 +65,18 @@ class InterferencePredictor(TaskPredictor):
                 lo[known], mid[known], hi[known] = self.regressor_.predict_quantiles(X)
             if not known.all():
                 X = self.features_.general(rows[~known], side)
-                lo[~known], mid[~known], hi[~known] = _widen(
-                    self.general_.predict_quantiles(X), self.general_margin_
+                lo[~known], mid[~known], hi[~known] = _shrink(
+                    _widen(self.general_.predict_quantiles(X), self.general_margin_), share
                 )
             sides.append((np.exp(lo), np.exp(mid), np.exp(hi)))
-        return interval_frame(self.targets, rows.index, sides)
+        out = interval_frame(self.targets, rows.index, sides)
+        new_workload = ~known
+        no_evidence = new_workload.copy()
+        no_evidence[new_workload] = ~from_counters & (share < 1.0)
+        out["flags"] = flags_column(
+            {"new_workload": new_workload, "new_model_family": no_evidence}, len(rows)
+        )
+        return out
 
     def _fit_general(self, rows: pd.DataFrame) -> ConformalQuantiles:
         params = GENERAL_PARAMS[self.model]
@@ -84,12 +97,8 @@ class InterferencePredictor(TaskPredictor):
             for side in ("a", "b"):
                 lo, _, hi = model.predict_quantiles(self.features_.general(rows.iloc[test], side))
                 y = np.log(rows.iloc[test][f"{side}_speed"].to_numpy(dtype=float))
-                scores.append(np.maximum(lo - y, y - hi))
-        if not scores:
-            return 0.0
-        scores = np.concatenate(scores)
-        level = min(1.0, np.ceil((len(scores) + 1) * (QUANTILES[2] - QUANTILES[0])) / len(scores))
-        return float(np.quantile(scores, level))
+                scores.append(conformity_scores(lo, hi, y))
+        return conformal_margin(np.concatenate(scores)) if scores else 0.0
 
     @staticmethod
     def _both_sides(rows: pd.DataFrame, features) -> pd.DataFrame:
@@ -98,6 +107,16 @@ class InterferencePredictor(TaskPredictor):
 
 def _log_speeds(rows: pd.DataFrame) -> np.ndarray:
     return np.log(np.concatenate([rows["a_speed"], rows["b_speed"]]).astype(float))
+
+
+def _shrink(
+    quantiles: tuple[np.ndarray, np.ndarray, np.ndarray], share: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Log-speed quantiles of a new-workload pair moved toward 0 (speed 1.0, no interference)
+    to `share` of the learned slowdown. p10 keeps the full learned slowdown: the interval
+    spans both what the training pairs suggest and what the evidence supports."""
+    lo, mid, hi = quantiles
+    return lo, share * mid, share * hi
 
 
 def _widen(

@@ -14,10 +14,32 @@ import numpy as np
 import pandas as pd
 import torch
 from sklearn.base import BaseEstimator, clone
-from sklearn.model_selection import KFold
+from sklearn.model_selection import GroupKFold, KFold
 from torch import nn
 
 QUANTILES = (0.1, 0.5, 0.9)
+# The share of outcomes every p10-p90 interval is calibrated to cover: the one home of the
+# conformal level, for every predictor and every calibration it does.
+INTERVAL_COVERAGE = QUANTILES[2] - QUANTILES[0]
+
+
+def conformity_scores(lo: np.ndarray, hi: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """How far each outcome falls outside its [lo, hi] (negative inside)."""
+    return np.maximum(np.asarray(lo) - y, y - np.asarray(hi))
+
+
+def conformal_margin(scores: np.ndarray, coverage: float = INTERVAL_COVERAGE) -> float:
+    """The finite-sample conformal quantile of held-out `scores`: widening every interval by
+    it makes them cover `coverage` of new outcomes exchangeable with those held out."""
+    scores = np.asarray(scores, dtype=float)
+    if len(scores) == 0:
+        return 0.0
+    level = min(1.0, np.ceil((len(scores) + 1) * coverage) / len(scores))
+    return float(np.quantile(scores, level))
+
+
+def _take(X: pd.DataFrame | list, idx: np.ndarray) -> pd.DataFrame | list:
+    return X.iloc[idx] if isinstance(X, pd.DataFrame) else [X[i] for i in idx]
 
 
 class QuantileGBM(BaseEstimator):
@@ -224,13 +246,16 @@ class QuantileMLP(BaseEstimator):
 class ConformalQuantiles(BaseEstimator):
     """Conformalized quantile regression: quantile heads fitted on little data are too
     confident, so p10 and p90 are moved by the margin that makes them cover `coverage` of the
-    out-of-fold errors seen during fit (Romano et al., 2019)."""
+    out-of-fold errors seen during fit (Romano et al., 2019). Any regressor with
+    `fit(X, y)` and `predict_quantiles(X)` over a frame or a list (the graph networks) fits
+    here. With `groups` (e.g. each row's device) the folds hold out whole groups, so the
+    margin covers the error on a group never seen, which is what such a model is asked for."""
 
     def __init__(
         self,
-        regressor: QuantileGBM | QuantileMLP,
+        regressor: BaseEstimator,
         n_folds: int = 3,
-        coverage: float = QUANTILES[2] - QUANTILES[0],
+        coverage: float = INTERVAL_COVERAGE,
         random_state: int = 0,
     ) -> None:
         self.regressor = regressor
@@ -238,25 +263,27 @@ class ConformalQuantiles(BaseEstimator):
         self.coverage = coverage
         self.random_state = random_state
 
-    def fit(self, X: pd.DataFrame, y: np.ndarray) -> Self:
+    def _folds(self, X: pd.DataFrame | list, groups: np.ndarray | None):
+        if groups is not None and len(np.unique(groups)) >= 2:
+            n = min(self.n_folds, len(np.unique(groups)))
+            return GroupKFold(n).split(np.zeros(len(groups)), groups=groups)
+        folds = KFold(self.n_folds, shuffle=True, random_state=self.random_state)
+        return folds.split(np.zeros(len(X)))
+
+    def fit(self, X: pd.DataFrame | list, y: np.ndarray, groups: np.ndarray | None = None) -> Self:
         y = np.asarray(y, dtype=float)
         self.margin_ = 0.0
         if len(y) >= 5 * self.n_folds:
             scores = np.empty(len(y))
-            folds = KFold(self.n_folds, shuffle=True, random_state=self.random_state)
-            for train, test in folds.split(X):
-                lo, _, hi = (
-                    clone(self.regressor)
-                    .fit(X.iloc[train], y[train])
-                    .predict_quantiles(X.iloc[test])
-                )
-                scores[test] = np.maximum(lo - y[test], y[test] - hi)
-            level = min(1.0, np.ceil((len(y) + 1) * self.coverage) / len(y))
-            self.margin_ = float(np.quantile(scores, level))
+            for train, test in self._folds(X, groups):
+                fold_model = clone(self.regressor).fit(_take(X, train), y[train])
+                lo, _, hi = fold_model.predict_quantiles(_take(X, test))
+                scores[test] = conformity_scores(lo, hi, y[test])
+            self.margin_ = conformal_margin(scores, self.coverage)
         self.regressor_ = clone(self.regressor).fit(X, y)
         return self
 
-    def predict_quantiles(self, X: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def predict_quantiles(self, X: pd.DataFrame | list) -> tuple[np.ndarray, ...]:
         lo, mid, hi = self.regressor_.predict_quantiles(X)
         return np.minimum(lo - self.margin_, mid), mid, np.maximum(hi + self.margin_, mid)
 

@@ -8,8 +8,9 @@ Rows are the `graph` contract's long table (one row per node); predictions are o
    graph, layers repeated, is the sample's base. Without node latencies the base is the roofline.
 2. every family predicts log(latency / base): `gbm` and `fcn` from per-sample aggregates, `rnn`
    and `gnn` from the node graph itself. Stage 2 learns from out-of-device stage-1 bases (each
-   training device's base from an op model that never saw it), so its corrections and its
-   intervals reflect the error on a device not in training.
+   training device's base from an op model that never saw it), so its corrections reflect the
+   error on a device not in training; every family's p10-p90 is conformalized on folds that
+   hold out whole devices (`ConformalQuantiles` with groups).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from perfcast.features.graphs import (
 )
 from perfcast.predictor.base import TaskPredictor, interval_frame
 from perfcast.predictor.graph_models import GraphQuantileNet
-from perfcast.predictor.regressors import make_regressor
+from perfcast.predictor.regressors import ConformalQuantiles, make_regressor
 
 GRAPH_FAMILIES = ("rnn", "gnn")
 _NOT_FEATURES = ["sample_id", "repeat", "roofline_ms"]
@@ -126,15 +127,19 @@ class RuntimePredictor(TaskPredictor):
         y = np.log(samples(rows)["e2e_latency_ms"].to_numpy(dtype=float))
         extra, log_base = self._stage2_view(rows)
         target = y - log_base
+        # every family's interval is calibrated on held-out devices: a new GPU is what a
+        # runtime prediction is asked for (one device only: on held-out samples)
+        devices = samples(rows)["device"].astype(str).to_numpy()
         if self.model in GRAPH_FAMILIES:
-            graphs = node_arrays(rows, extra)
-            self.regressor_ = GraphQuantileNet(
+            network = GraphQuantileNet(
                 self.model, epochs=self.epochs, random_state=self.random_state
-            ).fit(graphs, target)
+            )
+            self.regressor_ = ConformalQuantiles(network, random_state=self.random_state)
+            self.regressor_.fit(node_arrays(rows, extra), target, groups=devices)
         else:
             X, _ = sample_table(rows)
             self.regressor_ = make_regressor(self.model, random_state=self.random_state)
-            self.regressor_.fit(X.join(extra), target)
+            self.regressor_.fit(X.join(extra), target, groups=devices)
         self.fitted_ = True
         return self
 

@@ -1,6 +1,7 @@
-"""The interference predictor on Gavel's measured pairs: on pairs of workloads it has never
-seen it beats the training mean (the detailed model alone does not), and new workloads or
-devices route to the general model without crashing."""
+"""The interference predictor on Gavel's measured pairs and, split by source, on the CPU pairs
+measured here: on pairs with a workload it has never seen it beats "no interference" (1.0) by
+a quarter in MAE, shrinking the learned slowdown by what counters and model families support,
+and new workloads or devices route to the general model without crashing."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import pandas as pd
 import pytest
 import torch
 from conftest import requires_data
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from perfcast import datasets
 from perfcast.datasets.splits import folds
@@ -27,22 +30,77 @@ def _speeds(rows: pd.DataFrame) -> np.ndarray:
     return rows[["a_speed", "b_speed"]].to_numpy(dtype=float)
 
 
-def test_unseen_pairs_beat_the_train_mean(pairs: pd.DataFrame) -> None:
-    errors, baseline, covered = [], [], []
+def _mae_and_coverage(model, rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    out = model.predict_interval(rows.drop(columns=["a_speed", "b_speed"]))
+    truth = _speeds(rows)
+    errors = np.abs(truth - out[["a_speed", "b_speed"]].to_numpy()).ravel()
+    lo = out[["a_speed_p10", "b_speed_p10"]].to_numpy()
+    hi = out[["a_speed_p90", "b_speed_p90"]].to_numpy()
+    return errors, ((lo <= truth) & (truth <= hi)).ravel()
+
+
+def test_unseen_pairs_beat_no_interference_by_a_quarter(pairs: pd.DataFrame) -> None:
+    """The issue's target on Gavel's own pairs of unseen workloads. (The Gavel training mean,
+    speed 0.6 for everyone, is not the bar: it is Gavel's slowdown, which another cluster's
+    lighter workloads do not share, and the shrinkage toward 1.0 gives some of it up.)"""
+    errors, covered = [], []
     for train, test in folds(pairs, "interference", "job"):
         model = make_predictor("interference", "gbm").fit(pairs.iloc[train])
-        truth = _speeds(pairs.iloc[test])
-        out = model.predict_interval(pairs.iloc[test].drop(columns=["a_speed", "b_speed"]))
-        predicted = out[["a_speed", "b_speed"]].to_numpy()
-        errors.append(np.abs(truth - predicted).ravel())
-        baseline.append(np.abs(truth - _speeds(pairs.iloc[train]).mean()).ravel())
-        lo = out[["a_speed_p10", "b_speed_p10"]].to_numpy()
-        hi = out[["a_speed_p90", "b_speed_p90"]].to_numpy()
-        covered.append(((lo <= truth) & (truth <= hi)).ravel())
-    mae, mean_mae = np.concatenate(errors).mean(), np.concatenate(baseline).mean()
-    assert mae < 0.95 * mean_mae, (mae, mean_mae)
+        e, c = _mae_and_coverage(model, pairs.iloc[test])
+        errors.append(e)
+        covered.append(c)
+        constant = np.abs(1.0 - _speeds(pairs.iloc[test])).mean()
+        assert e.mean() <= constant, "never worse than no interference, fold by fold"
+    all_test = pairs.iloc[np.concatenate([t for _, t in folds(pairs, "interference", "job")])]
+    assert np.concatenate(errors).mean() < 0.75 * np.abs(1.0 - _speeds(all_test)).mean()
     # p10-p90 should hold about 80% of unseen pairs, not the ~45% a random-row calibration gives
     assert 0.7 <= np.concatenate(covered).mean() <= 0.95
+
+
+def test_trained_on_gavel_beats_no_interference_on_another_source(pairs: pd.DataFrame) -> None:
+    """Split by source: GPU pairs from Gavel in training, the CPU pairs measured here
+    (every workload new, most model families new) as the test."""
+    measured = datasets.load("measured-cpu-colocation")
+    model = make_predictor("interference", "gbm").fit(pairs)
+    errors, _ = _mae_and_coverage(model, measured)
+    assert errors.mean() < 0.75 * np.abs(1.0 - _speeds(measured)).mean()
+    flags = model.predict_interval(measured.drop(columns=["a_speed", "b_speed"]))["flags"]
+    assert flags.str.contains("new_workload").all()
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    util=st.lists(st.floats(0, 100), min_size=4, max_size=4),
+    more=st.floats(0, 100),
+)
+def test_new_workload_slowdown_grows_with_measured_contention(
+    general_model, util: list[float], more: float
+) -> None:
+    """Counters measured for both jobs decide the shrinkage: more solo utilization never
+    predicts a faster pair, and two jobs that fit in one device together (utilization
+    summing to 100% or less) get speed 1.0."""
+    rows = general_model[1].copy()
+    rows[["a_gpu_util", "b_gpu_util", "a_mem_util", "b_mem_util"]] = util
+    busier = rows.assign(a_gpu_util=min(100.0, util[0] + more))
+    model = general_model[0]
+    base, busy = model.predict_interval(rows), model.predict_interval(busier)
+    assert (busy["a_speed"] <= base["a_speed"] + 1e-12).all()
+    assert (busy["b_speed"] <= base["b_speed"] + 1e-12).all()
+    if util[0] + util[1] <= 100 and util[2] + util[3] <= 100:
+        assert np.allclose(base[["a_speed", "b_speed"]], 1.0)
+        assert np.allclose(base[["a_speed_p90", "b_speed_p90"]], 1.0)
+
+
+@pytest.fixture(scope="module")
+def general_model(pairs: pd.DataFrame):
+    """A model and one pair of workloads it never saw (names and families new)."""
+    model = make_predictor("interference", "gbm").fit(pairs.sample(400, random_state=2))
+    rows = (
+        pairs.head(1).drop(columns=["a_speed", "b_speed"]).assign(a_job="zzz-new", b_job="qqq-new")
+    )
+    return model, rows
 
 
 def test_seen_pairs_use_the_detailed_model(pairs: pd.DataFrame) -> None:
@@ -61,6 +119,7 @@ def test_new_workload_and_device_do_not_crash(pairs: pd.DataFrame, family: str) 
     rows["a_job"] = ["vit-imagenet", "resnet18-cifar10", "vit-imagenet", "bert-squad"]
     rows["gpu_type"] = ["h100", "k80", "mystery-accelerator", "v100"]
     out = model.predict_interval(rows)
-    assert np.isfinite(out.to_numpy()).all()
+    assert np.isfinite(out.drop(columns="flags").to_numpy(dtype=float)).all()
+    assert list(out["flags"] == "") == [False, True, False, False]  # row 2: both jobs known
     assert (out["a_speed_p10"] <= out["a_speed"]).all()
     assert (out["a_speed"] <= out["a_speed_p90"]).all()
