@@ -336,7 +336,9 @@ def test_simulation_report_opens_offline_with_the_runs_figures(tmp_path: Path, b
     for policy in ("fifo", "tiresias"):
         written = write_outputs(run_simulation(workload, spec, policy), tmp_path / policy)
         assert tmp_path / policy / "report.html" in written
-    both = write_report([tmp_path / "fifo", tmp_path / "tiresias"], tmp_path / "both.html")
+    both = write_report(
+        [tmp_path / "fifo", tmp_path / "tiresias"], tmp_path / "both.html", total_gpus=16
+    )
 
     browser.get(both.as_uri())
     assert browser.execute_script("return performance.getEntriesByType('resource').length") == 0
@@ -355,6 +357,12 @@ def test_simulation_report_opens_offline_with_the_runs_figures(tmp_path: Path, b
         assert int(shown["preemptions"]) == metrics["preemptions"]
         bars = browser.find_elements(By.CSS_SELECTOR, f'#preemptions rect[data-label="{policy}"]')
         assert sum(int(b.get_attribute("data-jobs")) for b in bars) == metrics["jobs"]
+    ceiling = browser.find_element(By.CSS_SELECTOR, "#gpus-held line.ceiling")
+    assert "16 GPUs" in browser.find_element(By.ID, "gpus-held").text
+    top = float(ceiling.get_attribute("y1"))  # SVG y grows downwards: no curve point above it
+    for line in browser.find_elements(By.CSS_SELECTOR, "#gpus-held polyline.series"):
+        ys = [float(p.split(",")[1]) for p in line.get_attribute("points").split()]
+        assert min(ys) >= top - 1e-6
     fifo = json.loads((tmp_path / "fifo" / "metrics.json").read_text())
     assert fifo["preemptions"] == 0 and math.isfinite(fifo["avg_jct_s"])
     _screenshot(browser, "sim-report")

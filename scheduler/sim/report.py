@@ -112,8 +112,10 @@ def line_chart(
     *,
     log_x: bool = False,
     step: bool = False,
+    ceiling: float | None = None,
 ) -> str:
-    """Curves (label, x, y) on shared axes; `step` draws each as a staircase."""
+    """Curves (label, x, y) on shared axes; `step` draws each as a staircase; `ceiling` a
+    dashed line (the cluster's GPUs)."""
     xs = np.concatenate([x for _, x, _ in series]) if series else np.zeros(0)
     ys = np.concatenate([y for _, _, y in series]) if series else np.zeros(0)
     if log_x:
@@ -123,6 +125,7 @@ def line_chart(
     x_lo, x_hi = float(xs.min()), float(xs.max())
     y_lo, y_hi = min(0.0, float(ys.min())), float(ys.max())
     x_hi = x_hi if x_hi > x_lo else x_lo + 1
+    y_hi = max(y_hi, ceiling or 0.0)
     y_hi = y_hi if y_hi > y_lo else y_lo + 1
 
     def fx(v: float) -> float:
@@ -145,7 +148,7 @@ def line_chart(
         ticks = [
             10.0**k for k in range(math.floor(math.log10(x_lo)), math.ceil(math.log10(x_hi)) + 1)
         ]
-        ticks = [t for t in ticks if x_lo <= t <= x_hi] or [x_lo, x_hi]
+        ticks = sorted({x_lo, x_hi, *(t for t in ticks if x_lo <= t <= x_hi)})
     else:
         ticks = list(np.linspace(x_lo, x_hi, 5))
     for t in ticks:
@@ -169,6 +172,11 @@ def line_chart(
                    f'stroke="{colour}" stroke-width="2" points="{points}"/>')  # fmt: skip
         out.append(f'<text x="{W - PAD - 4}" y="{PAD + 14 * i}" font-size="12" fill="{colour}" '
                    f'text-anchor="end">{escape(label)}</text>')  # fmt: skip
+    if ceiling:
+        out.append(f'<line class="ceiling" x1="{PAD}" y1="{fy(ceiling):.1f}" x2="{W - PAD}" '
+                   f'y2="{fy(ceiling):.1f}" stroke="#5c677d" stroke-dasharray="5 4"/>'
+                   f'<text x="{PAD + 4}" y="{fy(ceiling) - 4:.1f}" font-size="11" '
+                   f'fill="#5c677d">cluster: {ceiling:g} GPUs</text>')  # fmt: skip
     out.append("</svg>")
     return "".join(out)
 
@@ -285,7 +293,7 @@ svg {{ border: 1px solid #d9dee4; background: #fff; }}
 <p class="note">An estimate: the simulator keeps no timeline, so each job's attained GPU-seconds
 are spread evenly over its first start to finish (exact for jobs never preempted or resized{cap});
 the run's measured utilization is in the table.</p>
-<div id="gpus-held">{line_chart(held, "time (s)", "GPUs held")}</div>
+<div id="gpus-held">{line_chart(held, "time (s)", "GPUs held", ceiling=total_gpus)}</div>
 <h2>Queue length over time</h2>
 <p class="note">Jobs submitted and not yet started for the first time.</p>
 <div id="queue">{line_chart(queue, "time (s)", "jobs waiting", step=True)}</div>
