@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from perfcast.scheduler.live.spec import JobSpecError
+from perfcast.scheduler.live.spec import JobSpecError, load_job
 from perfcast.scheduler.live.store import JobStore
 from perfcast.scheduler.live.trace import load_trace
 
@@ -66,3 +66,12 @@ def test_trace_rows_become_scaled_jobs(tmp_path):
     duplicate.write_text("- {id: x, name: x, iterations: 1}\n- {id: x, name: y, iterations: 1}\n")
     with pytest.raises(JobSpecError, match="duplicate id 'x'"):
         load_trace(duplicate, time_scale=1, step_s=1)
+
+
+def test_the_live_examples_are_valid_jobs():
+    root = Path(__file__).resolve().parents[1] / "examples"
+    job = load_job(root / "live_job.yaml")
+    assert job.device == "cpu" and job.config["lr_step_every"] == 500 and job.max_restarts == 3
+    jobs = load_trace(root / "live_trace.yaml", time_scale=1, step_s=1)
+    assert [j for j, _ in jobs] == ["a", "b", "c", "d", "e"]
+    assert jobs[2][1].config == {"lr_step_every": 100}
