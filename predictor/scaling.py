@@ -11,9 +11,8 @@ from sklearn.base import clone
 from perfcast.features.devices import interconnect_frame, spec_frame
 from perfcast.features.scaling import ScalingFeatures, distinct_groups, gpus_per_node_of
 from perfcast.predictor.base import TaskPredictor, flags_column, interval_frame
-from perfcast.predictor.regressors import QUANTILES, make_regressor
+from perfcast.predictor.regressors import conformal_margin, make_regressor
 
-COVERAGE = QUANTILES[2] - QUANTILES[0]
 # p90/p50 and p50/p10 at least this on rows of a job or GPU type never seen: nothing measured
 # calibrates them, and a narrow interval there would claim knowledge the model lacks
 UNSEEN_SPREAD = 2.0
@@ -105,8 +104,7 @@ class ScalingPredictor(TaskPredictor):
         pooled = np.concatenate(
             [np.maximum(shrink * q[0] - y, y - shrink * q[2]) for q, y in folds]
         )
-        level = min(1.0, np.ceil((len(pooled) + 1) * COVERAGE) / len(pooled))
-        return shrink, float(np.quantile(pooled, level))
+        return shrink, conformal_margin(pooled)
 
     def _predict_interval(self, rows: pd.DataFrame) -> pd.DataFrame:
         X, log_base = self.features_.transform(rows)
