@@ -10,6 +10,7 @@ import logging
 from dataclasses import dataclass
 
 import mlflow
+from mlflow.exceptions import MlflowException
 
 from perfcast.errors import PerfcastError
 from perfcast.predictor.backend import TASK_TABLES
@@ -32,7 +33,10 @@ class TrainedOn:
 @functools.lru_cache(maxsize=64)  # per MLflow run: its data and held-out fold never change
 def trained_on(task: str, run_id: str) -> TrainedOn:
     model_store.configure()
-    params = mlflow.get_run(run_id).data.params
+    try:
+        params = mlflow.get_run(run_id).data.params
+    except MlflowException as err:  # the run was deleted after its model was loaded
+        return TrainedOn("?", "?", None, None, None, f"MLflow run {run_id} not readable: {err}")
     data = params.get("data", DEFAULT_DATA.get(task, "?"))
     split = params.get("split", "random")
     train_n, test_n = _int(params.get("train_rows")), _int(params.get("test_rows"))
