@@ -172,11 +172,8 @@ class ConsolidatedPlacement:
                     ctx.commit(Resize(state.job_id, kept, alloc.batch_size))
                 else:
                     resizes.append(alloc)
-        for alloc in resizes:  # grow: keep the GPUs held, add free ones
-            state = jobs[alloc.job_id]
-            extra = ctx.cluster.find_free(alloc.num_gpus - state.num_gpus, alloc.gpu_type)
-            if extra is not None:
-                ctx.commit(Resize(state.job_id, state.gpus + extra, alloc.batch_size))
+        for alloc in resizes:
+            self.grow(jobs[alloc.job_id], alloc, ctx)
         for alloc in schedule:
             state = jobs[alloc.job_id]
             if state.status is JobStatus.RUNNING or alloc.num_gpus == 0:
@@ -184,6 +181,13 @@ class ConsolidatedPlacement:
             slots = self.slots_for(alloc, ctx)
             if slots is not None:
                 ctx.commit(Run(alloc.job_id, slots, alloc.batch_size, alloc.share))
+
+    def grow(self, state: JobState, alloc: Allocation, ctx: RoundContext) -> None:
+        """Give a running job more GPUs (or a new batch on the same ones): keep the GPUs it
+        holds and add free ones."""
+        extra = ctx.cluster.find_free(alloc.num_gpus - state.num_gpus, alloc.gpu_type)
+        if extra is not None:
+            ctx.commit(Resize(state.job_id, state.gpus + extra, alloc.batch_size))
 
     def slots_for(self, alloc: Allocation, ctx: RoundContext) -> tuple[GpuSlot, ...] | None:
         if alloc.share_with is not None:

@@ -94,7 +94,9 @@ class SimulatedExecutor:
             elif record is not None:
                 delay = self.costs.migrate_s
                 if isinstance(decision, Resize):
-                    delay = self.costs.resize_s
+                    # a new batch size on the same GPUs continues in place (AdaptDL does)
+                    same = set(decision.gpus) == set(record.slots)
+                    delay = 0.0 if same else self.costs.resize_s
                 record.slots = decision.gpus
                 record.busy_until = max(record.busy_until, now + delay)
         # neighbours on GPUs whose occupants changed run at a new rate too

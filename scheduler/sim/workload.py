@@ -95,6 +95,11 @@ class Workload:
     drawn_types: int = 0  # jobs whose type was drawn (the trace named no measured model)
     origin_s: float = 0.0  # the trace's clock at simulated time 0 (fixed rounds align to it)
 
+    def statistical_model(self, job_type: str) -> goodput.Application | None:
+        """The measured goodput model of a job type whose jobs progress at statistical
+        efficiency (what those jobs report: step times by placement, gradient noise)."""
+        return goodput.application(job_type)
+
 
 def _draw(job_id: str, seed: int, options: list[str]) -> str:
     return options[zlib.crc32(f"{seed}:{job_id}".encode()) % len(options)]

@@ -1,0 +1,193 @@
+"""Goodput-aware elastic scheduling after Pollux (OSDI'21): each round every job's GPU count
+and batch size are chosen for goodput, throughput x statistical efficiency.
+
+- Goodput of a job on n GPUs (packed 4 per node, as placement consolidates): the best over 50
+  global batch sizes in geometric steps between the smallest that fills n GPUs and the largest
+  validated (Pollux's `GoodputFunction.optimize`, gradient accumulation above the largest local
+  batch), of samples/s at that batch times the statistical efficiency the job's gradient noise
+  of its current epoch gives it. Step times and noise come from the job's model
+  (`Workload.statistical_model`: the Pollux artifact's measured placements and validation
+  runs, what its simulated jobs report), so decisions here are oracle decisions.
+- Allocation: jobs in order of least attained service (Pollux's job order) get one GPU each
+  while GPUs remain (jobs without a goodput model get their requested count); the GPUs left go
+  one step at a time to the job whose goodput gains the most per added GPU (in log terms: the
+  proportionally fair split), up to `max_gpus` per job.
+- Restart penalty: a running job moved to another GPU count pays a restart, so its goodput
+  there is discounted by Pollux's factor max(age - restarts x delay, 0) / (age + delay); its
+  current count is not.
+- Batch size is re-chosen every round for the job's current epoch; on the same GPUs the
+  simulator changes it without a restart (AdaptDL rescales in place).
+- As in the artifact, NCF keeps its 32,768 batch on one GPU.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import Counter
+from typing import Any
+
+import numpy as np
+
+from perfcast.scheduler.core.decisions import Resize, Run, Suspend
+from perfcast.scheduler.core.jobs import JobState
+from perfcast.scheduler.core.loop import (
+    Allocation,
+    ConsolidatedPlacement,
+    RoundContext,
+    SchedulingPolicy,
+)
+from perfcast.scheduler.policies import register
+
+GPUS_PER_NODE = 4  # the artifact's T4 nodes; goodput is estimated for packed placements
+FIXED = {"ncf-movielens": 32768}  # the artifact pins NCF's batch and gives it one GPU
+
+
+class PackingPlacement(ConsolidatedPlacement):
+    """Consolidated placement that grows a job onto the fewest nodes: when its GPUs plus free
+    ones would span more nodes than a fresh placement of the new count, it restarts packed
+    (a resize restarts the job anyway; spread placements are slower)."""
+
+    def grow(self, state: JobState, alloc: Allocation, ctx: RoundContext) -> None:
+        cluster, n = ctx.cluster, alloc.num_gpus
+        extra = cluster.find_free(n - state.num_gpus, alloc.gpu_type)
+        if extra is None:
+            return
+        slots = state.gpus + extra
+        own = Counter(node for node, _ in state.gpus)
+        room = sorted(
+            (cluster.free_per_node[i] + own[i] for i in range(cluster.num_nodes)), reverse=True
+        )
+        fewest = next(k for k in range(1, len(room) + 1) if sum(room[:k]) >= n)
+        if n == state.num_gpus or len({node for node, _ in slots}) <= fewest:
+            ctx.commit(Resize(state.job_id, slots, alloc.batch_size))
+            return
+        ctx.commit(Suspend(state.job_id))
+        packed = cluster.find_free(n, alloc.gpu_type)
+        ctx.commit(Run(state.job_id, packed or slots, alloc.batch_size))
+
+
+@register("pollux")
+class PolluxPolicy(SchedulingPolicy):
+    def __init__(self, restart_s: float = 30.0, max_gpus: int = 64) -> None:
+        self.restart_s, self.max_gpus = restart_s, max_gpus
+        self.placement = PackingPlacement()
+        self._model: Any = None
+        self._best: dict[tuple[str, int, int], tuple[float, int]] = {}
+
+    def configure(self, workload: Any) -> None:
+        self._model = workload.statistical_model
+
+    def goodput(self, state: JobState, num_gpus: int) -> tuple[float, int]:
+        """(best goodput, its global batch) of a job on `num_gpus` GPUs in its current epoch."""
+        app = self._model(state.job.job_type) if self._model else None
+        if app is None or not state.job.statistical:
+            return float(num_gpus), state.job.batch_size
+        epoch = app.epoch_at(state.samples_done)
+        key = (state.job.job_type, epoch, num_gpus)
+        if key not in self._best:
+            placement = placement_of(num_gpus)
+            fixed = FIXED.get(state.job.job_type)
+            if fixed is not None:
+                batches = [fixed]
+            else:
+                low = max(app.init_batch, app.min_local * num_gpus)
+                high = int(app.batches[-1])
+                if low > high:
+                    self._best[key] = (0.0, low)
+                    return self._best[key]
+                batches = sorted({int(b) for b in np.geomspace(low, high, 50)})
+            work = float(app.starts[epoch]) * app.init_batch
+            rates = [app.rate(placement, b, work) for b in batches]
+            best = int(np.argmax(rates))
+            self._best[key] = (rates[best], batches[best])
+        return self._best[key]
+
+    def _cap(self, state: JobState, total: int) -> int:
+        app = self._model(state.job.job_type) if self._model else None
+        if app is None or not state.job.statistical:
+            return state.job.num_gpus
+        if state.job.job_type in FIXED:
+            return 1
+        return max(1, min(self.max_gpus, total, int(app.batches[-1]) // app.min_local))
+
+    def _value(self, state: JobState, n: int, now: float) -> float:
+        """Goodput on n GPUs, discounted by the restart it would cost a running job."""
+        value = self.goodput(state, n)[0]
+        if state.num_gpus and n != state.num_gpus:
+            age = now - state.job.submit_time_s
+            restarts = state.preemptions + state.resizes
+            delay = self.restart_s
+            value *= max(age - restarts * delay, 0.0) / (age + delay)
+        return value
+
+    def schedule(self, ctx: RoundContext) -> list[Allocation]:
+        now, total = ctx.now, ctx.cluster.total_gpus
+        states = sorted(
+            ctx.jobs.active.values(),
+            key=lambda s: (service_class(s.attained_at(now)), s.job.submit_time_s),
+        )
+        free, size = total, {}
+        for state in states:
+            need = 1 if state.job.statistical else state.job.num_gpus
+            if need <= free:
+                size[state.job_id] = need
+                free -= need
+            if free == 0:
+                break
+        by_id = {s.job_id: s for s in states}
+        heap: list[tuple[float, int, str, int]] = []
+
+        def push(job_id: str) -> None:
+            state, n = by_id[job_id], size[job_id]
+            cap = self._cap(state, total)
+            steps = [m for m in candidate_sizes(cap, state.num_gpus) if m > n]
+            best = None
+            here = self._value(state, n, now)
+            for m in steps:
+                if m - n > free:
+                    break
+                there = self._value(state, m, now)
+                if here > 0 and there > here:
+                    gain = math.log(there / here) / (m - n)
+                    if best is None or gain > best[0]:
+                        best = (gain, m)
+            if best is not None:
+                heapq.heappush(heap, (-best[0], len(heap), job_id, best[1]))
+
+        for job_id in size:
+            if by_id[job_id].job.statistical:
+                push(job_id)
+        while heap and free > 0:
+            _, _, job_id, m = heapq.heappop(heap)
+            if m - size[job_id] > free:
+                push(job_id)  # the step no longer fits: look for a smaller one
+                continue
+            free -= m - size[job_id]
+            size[job_id] = m
+            push(job_id)
+        return [
+            Allocation(job_id, n, self.goodput(by_id[job_id], n)[1]) for job_id, n in size.items()
+        ]
+
+
+def service_class(attained_gpu_s: float) -> int:
+    """Attained service in doubling classes of GPU-hours (0: under one): least attained service
+    first, but first come first served inside a class, so jobs with nearly equal service do not
+    take turns preempting each other every round (each turn costs a restart)."""
+    return int(math.log2(1.0 + attained_gpu_s / 3600.0))
+
+
+def placement_of(num_gpus: int) -> tuple[int, ...]:
+    """GPUs per node when `num_gpus` are packed 4 per node."""
+    full, rest = divmod(num_gpus, GPUS_PER_NODE)
+    return (GPUS_PER_NODE,) * full + ((rest,) if rest else ())
+
+
+def candidate_sizes(cap: int, current: int) -> list[int]:
+    """GPU counts a job may step to: 1-4 on one node, whole nodes beyond, and its current."""
+    sizes = {n for n in range(1, min(cap, GPUS_PER_NODE) + 1)}
+    sizes |= set(range(2 * GPUS_PER_NODE, cap + 1, GPUS_PER_NODE))
+    if 0 < current <= cap:
+        sizes.add(current)
+    return sorted(sizes)

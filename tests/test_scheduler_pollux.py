@@ -1,0 +1,65 @@
+"""The goodput-aware `pollux` policy on the Pollux artifact's own jobs (shared data)."""
+
+from __future__ import annotations
+
+import pytest
+
+from perfcast.datasets.fetch import shared_data_available
+from perfcast.scheduler.core import ClusterSpec, ClusterState, JobStatus
+from perfcast.scheduler.core.jobs import JobTable
+from perfcast.scheduler.core.loop import RoundContext
+from perfcast.scheduler.policies import make_policy
+from perfcast.scheduler.policies.pollux import placement_of
+from perfcast.scheduler.sim.costs import Costs
+from perfcast.scheduler.sim.engine import simulate
+from perfcast.scheduler.sim.run import prepare_workload
+
+pytestmark = pytest.mark.skipif(
+    not shared_data_available(), reason="the public datasets are not available"
+)
+SPEC = ClusterSpec.parse("16x4:t4")
+
+
+@pytest.fixture(scope="module")
+def workload():
+    return prepare_workload("pollux-workloads:workloads/workload-1", SPEC)
+
+
+def first_round(workload, job_ids):
+    policy = make_policy("pollux")
+    policy.configure(workload)
+    jobs = JobTable()
+    for job in workload.jobs:
+        if job.job_id.rsplit("/", 1)[1] in job_ids:
+            jobs.add(job)
+    return policy, policy.schedule(RoundContext(0.0, ClusterState(SPEC), jobs))
+
+
+def test_a_lone_job_gets_more_gpus_and_the_batch_with_the_best_goodput(workload):
+    policy, plan = first_round(workload, {"cifar10-0"})
+    (alloc,) = plan
+    assert alloc.num_gpus > 1  # cifar10 scales: the idle cluster's GPUs go to it
+    app = workload.statistical_model("resnet18-cifar10")
+    assert app.init_batch <= alloc.batch_size <= app.batches[-1]
+    state = JobTable().add(next(j for j in workload.jobs if j.job_id.endswith("/cifar10-0")))
+    chosen = policy.goodput(state, alloc.num_gpus)[0]
+    placement = placement_of(alloc.num_gpus)
+    for batch in (app.init_batch, int(app.batches[-1])):  # at least as good as either end
+        assert chosen >= app.rate(placement, batch, 0.0) - 1e-9
+
+
+def test_ncf_keeps_the_artifacts_fixed_batch_on_one_gpu(workload):
+    _, plan = first_round(workload, {"ncf-2"})
+    assert [(a.num_gpus, a.batch_size) for a in plan] == [(1, 32768)]
+
+
+def test_first_jobs_of_a_workload_all_finish_their_work(workload):
+    workload.jobs = workload.jobs[:8]
+    costs = Costs(restart_s=30.0, start_s=30.0, resize_s=30.0)
+    result = simulate(workload, SPEC, make_policy("pollux"), costs=costs, round_s=60.0)
+    for state in result.jobs.all.values():
+        assert state.status is JobStatus.DONE
+        assert result.accounting.samples[state.job_id] >= state.job.total_samples * (1 - 1e-6)
+    assert result.accounting.placement_gpu_s == pytest.approx(
+        sum(s.attained_gpu_s for s in result.jobs.all.values()), rel=1e-6
+    )
