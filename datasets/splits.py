@@ -1,6 +1,7 @@
 """Honest train/test splits: by row (random), by unseen job, by unseen GPU type, by unseen
-placement. Each split returns (train index, test index) pairs over a table's rows; for the
-graph table, rows of one sample always fall on the same side."""
+placement, and for query plans by unseen query or by the largest input scale. Each split
+returns (train index, test index) pairs over a table's rows; for the graph and plan tables,
+rows of one sample always fall on the same side."""
 
 from __future__ import annotations
 
@@ -12,13 +13,13 @@ from sklearn.model_selection import GroupKFold, KFold
 
 from perfcast.errors import PerfcastError
 
-SPLITS = ("random", "job", "gpu_type", "placement")
+SPLITS = ("random", "job", "gpu_type", "placement", "query", "scale")
 
 
 def group_column(kind: str, split: str) -> str | None:
     """The column whose values must not be shared between train and test for `split`."""
     if split == "random":
-        return "sample_id" if kind == "graph" else None
+        return "sample_id" if kind in ("graph", "plan") else None
     columns = {
         ("scaling", "job"): "job",
         ("scaling", "gpu_type"): "gpu_type",
@@ -28,6 +29,8 @@ def group_column(kind: str, split: str) -> str | None:
         ("graph", "job"): "model",
         ("graph", "gpu_type"): "device",
         ("trace", "job"): "job",
+        ("plan", "query"): "query",  # a query never seen, on any engine
+        ("plan", "scale"): "_largest_scale",
     }
     if (kind, split) not in columns:
         raise PerfcastError(f"split {split!r} does not apply to {kind} tables")
@@ -56,6 +59,17 @@ def _unseen_pair_folds(
             yield np.flatnonzero((~a_in & ~b_in).to_numpy()), test
 
 
+def _largest_scale_fold(table: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """One fold: each engine's largest input scale is predicted from its smaller ones (an
+    extrapolation in data size)."""
+    by_engine = table.groupby("engine")["scale_factor"]
+    several = by_engine.transform("nunique") >= 2  # an engine seen at one scale only trains
+    if not several.any():
+        raise PerfcastError("a scale split needs an engine measured at two scales or more")
+    test = ((table["scale_factor"] == by_engine.transform("max")) & several).to_numpy()
+    return np.flatnonzero(~test), np.flatnonzero(test)
+
+
 def folds(
     table: pd.DataFrame, kind: str, split: str, n_folds: int = 5, seed: int = 0
 ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
@@ -69,6 +83,9 @@ def folds(
         return
     if column == "_pair_jobs":
         yield from _unseen_pair_folds(table, n_folds, seed)
+        return
+    if column == "_largest_scale":
+        yield _largest_scale_fold(table)
         return
     groups = _groups(table, column).to_numpy()
     unique = pd.unique(groups)

@@ -16,14 +16,18 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     "interference": ("gbm", "fcn"),
     "runtime": ("gbm", "fcn", "rnn", "gnn"),
     "duration": ("gbm", "fcn"),
+    "query": ("gbm", "fcn", "rnn", "gnn"),
 }
-DEFAULT_FAMILY = {"scaling": "gbm", "interference": "gbm", "runtime": "gbm", "duration": "gbm"}
+DEFAULT_FAMILY = {
+    "scaling": "gbm", "interference": "gbm", "runtime": "gbm", "duration": "gbm", "query": "gbm",
+}  # fmt: skip
 
 
 def make_predictor(task: str, family: str | None = None, **params: object) -> TaskPredictor:
     """A fresh, unfitted predictor for `task` with model family `family` (default per task)."""
     from perfcast.predictor.duration import DurationPredictor
     from perfcast.predictor.interference import InterferencePredictor
+    from perfcast.predictor.query import QueryPredictor
     from perfcast.predictor.runtime import RuntimePredictor
     from perfcast.predictor.scaling import ScalingPredictor
 
@@ -32,6 +36,7 @@ def make_predictor(task: str, family: str | None = None, **params: object) -> Ta
         "interference": InterferencePredictor,
         "runtime": RuntimePredictor,
         "duration": DurationPredictor,
+        "query": QueryPredictor,
     }
     if task not in classes:
         raise PerfcastError(f"unknown task {task!r}; expected one of {', '.join(TASKS)}")

@@ -14,8 +14,10 @@ from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 if TYPE_CHECKING:  # kept out of import time: the command line reads TASKS without pandas
     import pandas as pd
 
-Task = Literal["scaling", "interference", "runtime", "duration"]
-TASKS: tuple[Task, ...] = ("scaling", "interference", "runtime", "duration")
+Task = Literal["scaling", "interference", "runtime", "duration", "query"]
+TASKS: tuple[Task, ...] = ("scaling", "interference", "runtime", "duration", "query")
+# tasks whose rows are the nodes of DAGs: one prediction per sample_id
+PER_SAMPLE_TASKS = ("runtime", "query")
 
 # task -> (contract table kind of its rows, target columns)
 TASK_TABLES: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -23,6 +25,7 @@ TASK_TABLES: dict[str, tuple[str, tuple[str, ...]]] = {
     "interference": ("interference", ("a_speed", "b_speed")),
     "runtime": ("graph", ("e2e_latency_ms",)),
     "duration": ("trace", ("duration_s",)),
+    "query": ("plan", ("e2e_latency_ms",)),
 }
 
 

@@ -10,10 +10,14 @@ import pandas as pd
 from perfcast.datasets.splits import folds
 from perfcast.features.graphs import samples
 from perfcast.predictor import FAMILIES, TaskPredictor, make_predictor
+from perfcast.predictor.backend import PER_SAMPLE_TASKS
 from perfcast.training.metrics import regression_metrics
 
 # the split `--model auto` validates on inside the training data, per table kind
-AUTO_SPLIT = {"scaling": "random", "interference": "random", "graph": "random", "trace": "random"}
+AUTO_SPLIT = {
+    "scaling": "random", "interference": "random", "graph": "random", "trace": "random",
+    "plan": "random",
+}  # fmt: skip
 
 
 def truth_and_predictions(
@@ -22,7 +26,7 @@ def truth_and_predictions(
     """(true values, predicted frame) flattened over targets: for interference both jobs'
     speeds count as rows; for runtime one row per sample."""
     out = predictor.predict_interval(rows)
-    if predictor.task == "runtime":
+    if predictor.task in PER_SAMPLE_TASKS:
         truth = samples(rows)["e2e_latency_ms"].reindex(out.index).to_numpy(dtype=float)
         return truth, out.rename(columns=lambda c: c.replace("e2e_latency_ms", "y"))
     parts, truths = [], []

@@ -16,7 +16,7 @@ from mlflow.models import infer_signature
 from perfcast import datasets
 from perfcast.datasets.splits import folds
 from perfcast.errors import PerfcastError
-from perfcast.predictor.backend import TASK_TABLES
+from perfcast.predictor.backend import PER_SAMPLE_TASKS, TASK_TABLES
 from perfcast.predictor.base import MODEL_FORMAT
 from perfcast.training import model_store
 from perfcast.training.evaluation import choose_family, fit_and_score, score
@@ -26,6 +26,7 @@ DEFAULT_DATA = {
     "scaling": "pollux-scaling,gavel-scaling,muri-scaling",
     "interference": "gavel-interference",
     "runtime": "neusight-graphs",
+    "query": "decima-tpch-stages,measured-cpu-tpch-sweep",
     "duration": "pollux-philly",
 }
 
@@ -78,7 +79,7 @@ def train(task: str, data: str, model: str = "auto", split: str = "random") -> T
         predictor, metrics = fit_and_score(task, family, train_rows, test_rows)
         mlflow.log_metrics(metrics)
         example = test_rows.drop(columns=list(TASK_TABLES[task][1])).head(20)
-        if task == "runtime":  # a whole graph sample, not a slice of one
+        if task in PER_SAMPLE_TASKS:  # a whole graph sample, not a slice of one
             first = test_rows["sample_id"].iloc[0]
             example = test_rows[test_rows["sample_id"] == first].drop(columns=["e2e_latency_ms"])
         example = _signature_safe(example)
