@@ -286,7 +286,8 @@ def recommend(
         columns, ascending = columns[1:], ascending[1:]
     # lexsort: the last key is the primary one; it is stable, and NaN sorts last
     keys = [column(c)[rows] * (1 if up else -1) for c, up in zip(columns, ascending, strict=True)]
-    best = rows[np.lexsort(keys[::-1])[:top_k]]
+    ranked = rows[np.lexsort(keys[::-1])]
+    best = ranked[_diverse_front(scored, ranked, top_k)]
     top = scored.iloc[best].drop(columns=["in_search"]).reset_index(drop=True)
     top["placement"] = top["placement"].astype("string")
     top["reason"] = _reasons(top, scored, objective, deadline_s, max_cost)
@@ -298,6 +299,51 @@ def recommend(
         infeasible=int(eligible.sum() - feasible.sum()),
         notes=notes,
     )
+
+
+def _diverse_front(scored: pd.DataFrame, ranked: np.ndarray, top_k: int) -> np.ndarray:
+    """Positions in `ranked` (feasible rows, best first) of up to `top_k` configurations that
+    differ: the best, then configurations on the Pareto front of time, cost and GPUs, each as
+    far (in log scale) from those already chosen as possible, in rank order. Without this the
+    top five of a large search are one option five times (32, 31, 30, 29, 28 GPUs).
+
+    Time is the total time (or 1 / throughput without work), cost the price (or GPU-time on
+    unpriced pools). The front is taken over the best row per GPU type and count: at the same
+    GPUs of one pool, more time also costs more. Short fronts are filled in rank order."""
+    if len(ranked) <= 1:
+        return np.arange(len(ranked))
+    gpus = scored["num_gpus"].to_numpy(dtype=float)[ranked]
+    time = scored["total_time_s"].to_numpy(dtype=float)[ranked]
+    time = np.where(np.isfinite(time), time, 1 / scored["throughput"].to_numpy(float)[ranked])
+    cost = scored["cost"].to_numpy(dtype=float)[ranked]
+    cost = np.where(np.isfinite(cost), cost, time * gpus)
+    kind = pd.factorize(scored["gpu_type"].to_numpy()[ranked])[0]
+    group = kind * (int(gpus.max()) + 1) + gpus.astype(np.int64)
+    order = np.lexsort((np.arange(len(ranked)), cost, time, group))
+    firsts = np.ones(len(order), dtype=bool)
+    firsts[1:] = group[order][1:] != group[order][:-1]
+    candidates = order[firsts]
+    candidates = candidates[np.lexsort((gpus[candidates], cost[candidates], time[candidates]))]
+    front: list[int] = []
+    for i in candidates:  # by time: a point is dominated by an earlier one cheaper on both
+        kept = np.asarray(front, dtype=np.int64)
+        if front and ((cost[kept] <= cost[i]) & (gpus[kept] <= gpus[i])).any():
+            continue
+        front.append(int(i))
+    points = np.log(np.column_stack([time, cost, gpus])[front])
+    span = np.ptp(points, axis=0)
+    points = points / np.where(span > 0, span, 1.0)
+    chosen = [0]  # the objective's best, on the front or not
+    distance = np.linalg.norm(points - np.log(np.array([time[0], cost[0], gpus[0]])) /
+                              np.where(span > 0, span, 1.0), axis=1)  # fmt: skip
+    while len(chosen) < top_k and distance.max() > 0:
+        far = int(distance.argmax())
+        chosen.append(front[far])
+        distance = np.minimum(distance, np.linalg.norm(points - points[far], axis=1))
+    rest = (i for i in range(len(ranked)) if i not in set(chosen))
+    while len(chosen) < min(top_k, len(ranked)):
+        chosen.append(next(rest))
+    return np.array(sorted(chosen), dtype=np.int64)
 
 
 def _nothing_feasible(pool: pd.DataFrame, deadline_s: float | None, max_cost: float | None) -> str:

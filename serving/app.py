@@ -46,6 +46,7 @@ def create_app(settings: Settings | None = None, models: ServedModels | None = N
         models.reload()
     else:
         models.metrics = metrics
+        metrics.served(models.champions())
     app = FastAPI(
         title="perfcast",
         summary="Predictions and recommendations for deep-learning jobs on GPU clusters",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import threading
 from pathlib import Path
 from typing import Annotated
 
@@ -40,7 +41,8 @@ def serve(
     """Serve predictions and recommendations over HTTP (OpenAPI docs at /docs).
 
     Models are the MLflow registry's `champion` of each task; a task without one gets the
-    default model trained from the shipped public data first (say --no-train-missing to skip).
+    default model trained from the shipped public data after the port opens (GET /readyz says
+    which is training; say --no-train-missing to skip).
     """
     import uvicorn
 
@@ -58,17 +60,20 @@ def serve(
             f"refusing to serve on {host} without PERFCAST_API_KEY: other machines could "
             "reach the service; set a key, or serve on 127.0.0.1"
         )
-    if train_missing:
-        for task in served:  # one task's failure must not keep the others from being served
-            try:
-                with err_console.status(f"checking the {task} champion ..."):
-                    ensure_champions([task], echo=err_console.print)
-            except PerfcastError as err:
-                err_console.print(f"[yellow]could not train a default {task} model:[/] {err}")
+    from perfcast.serving import logs
+
+    logs.configure(log_level)
     with err_console.status("loading models ..."):
         api = create_app(settings)
-    missing = api.state.models.missing
-    if missing:
+    models = api.state.models
+    missing = models.missing
+    if missing and train_missing:
+        # the port opens now: the loaded tasks answer, /readyz reports the training
+        models.progress = f"training the default models of {', '.join(missing)}"
+        threading.Thread(
+            target=_train_missing, args=(models, missing, ensure_champions), daemon=True
+        ).start()
+    elif missing:
         err_console.print(f"[yellow]no model for {', '.join(missing)}: those answer 503[/]")
     err_console.print(f"perfcast serving on http://{host}:{port} (docs: /docs)")
     uvicorn.run(
@@ -82,6 +87,22 @@ def serve(
         limit_concurrency=4 * settings.max_in_flight,
         backlog=256,
     )
+
+
+def _train_missing(models, tasks: list[str], ensure_champions) -> None:
+    """Train the default model of each task without a champion, then load them all."""
+    for number, task in enumerate(tasks, start=1):
+        models.progress = f"training the default {task} model ({number} of {len(tasks)})"
+        try:  # one task's failure must not keep the others from being served
+            ensure_champions([task], echo=err_console.print)
+        except PerfcastError as err:
+            err_console.print(f"[yellow]could not train a default {task} model:[/] {err}")
+    models.progress = None
+    still = models.reload()
+    if still:
+        err_console.print(f"[yellow]no model for {', '.join(still)}: those answer 503[/]")
+    else:
+        err_console.print("every served task has a model: ready")
 
 
 def _loopback(host: str) -> bool:

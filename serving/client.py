@@ -9,19 +9,20 @@ requests of at most 10,000 rows (runtime: whole samples per request).
 from __future__ import annotations
 
 import itertools
-from typing import Any
+import time
+from typing import TYPE_CHECKING, Any
 
 import httpx
-import pandas as pd
 
 from perfcast.errors import ContractError, PerfcastError
 from perfcast.predictor.backend import TASK_TABLES, Task
-from perfcast.serving.models import ModelUnavailableError
+from perfcast.serving.errors import ModelUnavailableError, ServiceError
 from perfcast.serving.settings import MAX_ROWS
 
+if TYPE_CHECKING:  # pandas loads on the first prediction: the client itself imports in ms
+    import pandas as pd
 
-class ServiceError(PerfcastError):
-    """The service refused a request or could not be reached."""
+__all__ = ["ModelUnavailableError", "PerfcastClient", "ServiceError"]
 
 
 class PerfcastClient:
@@ -33,11 +34,16 @@ class PerfcastClient:
         timeout: float = 60.0,
         http: httpx.Client | None = None,
         max_rows: int = MAX_ROWS,
+        retries: int = 3,
+        max_retry_wait_s: float = 30.0,
     ) -> None:
-        """`http` replaces the underlying httpx client (tests pass a TestClient)."""
+        """`http` replaces the underlying httpx client (tests pass a TestClient). A 503 or 429
+        answer with a Retry-After of at most `max_retry_wait_s` is retried up to `retries`
+        times after waiting that long (a full service says when to come back)."""
         headers = {"X-API-Key": api_key} if api_key else {}
         self.base_url = base_url.rstrip("/")
         self.max_rows = max_rows
+        self.retries, self.max_retry_wait_s = retries, max_retry_wait_s
         self._http = http or httpx.Client(base_url=self.base_url, timeout=timeout)
         self._http.headers.update(headers)
 
@@ -53,6 +59,8 @@ class PerfcastClient:
     # -- PredictionBackend ---------------------------------------------------------------
 
     def predict(self, task: Task, rows: pd.DataFrame) -> pd.DataFrame:
+        import pandas as pd
+
         if task not in TASK_TABLES:
             raise PerfcastError(f"unknown task {task!r}; expected one of {', '.join(TASK_TABLES)}")
         if rows.empty:
@@ -84,6 +92,8 @@ class PerfcastClient:
         return chunks
 
     def _predict_chunk(self, task: str, rows: pd.DataFrame, offset: int) -> pd.DataFrame:
+        import pandas as pd
+
         body = '{"rows":' + rows.to_json(orient="records") + "}"
         answer = self._request(
             "POST", f"/v1/predict/{task}", content=body, row_offset=offset, task=task
@@ -123,13 +133,18 @@ class PerfcastClient:
     ) -> Any:
         if "content" in kwargs:
             kwargs["headers"] = {"Content-Type": "application/json"}
-        try:
-            response = self._http.request(method, path, **kwargs)
-        except httpx.HTTPError as err:
-            raise ServiceError(
-                f"cannot reach the perfcast service at {self.base_url} ({err}); "
-                "start it with `perfcast serve`"
-            ) from None
+        for attempt in range(self.retries + 1):
+            try:
+                response = self._http.request(method, path, **kwargs)
+            except httpx.HTTPError as err:
+                raise ServiceError(
+                    f"cannot reach the perfcast service at {self.base_url} ({err}); "
+                    "start it with `perfcast serve`"
+                ) from None
+            wait = _retry_after(response)
+            if wait is None or wait > self.max_retry_wait_s or attempt == self.retries:
+                break
+            time.sleep(wait)
         if response.status_code < 400:
             return response.json()
         try:
@@ -146,6 +161,16 @@ class PerfcastClient:
         ):
             raise _contract_error(detail, row_offset)
         raise ServiceError(f"{method} {path} answered {response.status_code}: {_text(detail)}")
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    """Seconds to wait before trying again, for a 503/429 that says so; else None."""
+    if response.status_code not in (429, 503):
+        return None
+    try:
+        return max(0.0, float(response.headers.get("retry-after", "")))
+    except ValueError:
+        return None
 
 
 def _text(detail: object) -> str:

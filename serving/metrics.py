@@ -5,7 +5,7 @@ Each app has its own registry, so several apps (tests) never clash on metric nam
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 # seconds; fine-grained at the low end, where the single-row latency target lives
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -33,3 +33,16 @@ class ServiceMetrics:
             ["task", "model"],
             registry=self.registry,
         )
+        self.models = Gauge(
+            "perfcast_model_info",
+            "The model each task is served with (1 per loaded champion), by task, family, "
+            "registry version and MLflow run.",
+            ["task", "family", "version", "run_id"],
+            registry=self.registry,
+        )
+
+    def served(self, champions: dict[str, object]) -> None:
+        """Point the model gauge at the champions now loaded (after every reload)."""
+        self.models.clear()
+        for task, c in champions.items():
+            self.models.labels(task, c.family, str(c.version), c.run_id).set(1)

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from perfcast.serving.json_safety import find_unsafe
 from perfcast.serving.metrics import ServiceMetrics
+
+access_log = logging.getLogger("perfcast.access")  # one JSON line per request (`perfcast serve`)
 
 
 class MetricsMiddleware:
@@ -39,8 +42,17 @@ class MetricsMiddleware:
             route = scope.get("route")  # set by FastAPI's router on a match
             template = getattr(route, "path", "unmatched")
             method = scope["method"]
+            seconds = time.perf_counter() - start
             self.metrics.requests.labels(method, template, str(status)).inc()
-            self.metrics.latency.labels(method, template).observe(time.perf_counter() - start)
+            self.metrics.latency.labels(method, template).observe(seconds)
+            if access_log.isEnabledFor(logging.INFO):
+                client = scope.get("client") or ("", 0)
+                access_log.info(
+                    "access",
+                    extra={"method": method, "path": scope["path"], "route": template,
+                           "status": status, "ms": round(seconds * 1000, 2),
+                           "client": client[0]},
+                )  # fmt: skip
 
 
 class RequestBodyMiddleware:

@@ -8,18 +8,10 @@ from collections.abc import Callable
 
 import pandas as pd
 
-from perfcast.errors import PerfcastError
 from perfcast.predictor.backend import Task
+from perfcast.serving.errors import ModelUnavailableError
 from perfcast.serving.metrics import ServiceMetrics
 from perfcast.training.inprocess import InProcessBackend
-
-
-class ModelUnavailableError(PerfcastError):
-    """A task has no model loaded (the service answers 503 with the reason)."""
-
-    def __init__(self, task: str, reason: str) -> None:
-        self.task, self.reason = task, reason
-        super().__init__(f"no model for task {task}: {reason}")
 
 
 def missing_reason(task: str) -> str:
@@ -46,6 +38,9 @@ class ServedModels:
         self._backend = backend_factory(tasks)
         self._missing: list[str] = list(tasks)
         self._reload_lock = threading.Lock()
+        # what the service is doing to get its missing models (`perfcast serve` trains them
+        # after binding the port); /readyz and the 503s say it
+        self.progress: str | None = None
 
     def reload(self) -> list[str]:
         """Load every served task's champion afresh; returns the tasks without one."""
@@ -53,6 +48,8 @@ class ServedModels:
             backend = self._factory(self.tasks)
             missing = backend.load_all()
             self._backend, self._missing = backend, missing
+            if self.metrics is not None:
+                self.metrics.served(backend.loaded())
             return missing
 
     @property
@@ -70,8 +67,17 @@ class ServedModels:
             )
         champion = self._backend.loaded().get(task)
         if champion is None:
-            raise ModelUnavailableError(task, missing_reason(task))
+            raise ModelUnavailableError(task, self.reason(task))
         return champion
+
+    def reason(self, task: str) -> str:
+        """Why `task` has no model: its champion failed to load (file and error), or none."""
+        if self.progress is not None:
+            return self.progress
+        error = getattr(self._backend, "errors", {}).get(task)
+        if error and "cannot be loaded" in error:
+            return f"{error}, then POST /v1/models/reload"
+        return missing_reason(task)
 
     def predict(self, task: Task, rows: pd.DataFrame) -> pd.DataFrame:
         champion = self.champion(task)

@@ -15,7 +15,7 @@ from perfcast.optimizer import configs, elastic, placement
 from perfcast.predictor.backend import TASK_TABLES, PredictionBackend
 from perfcast.serving import limits, schemas
 from perfcast.serving.batching import PredictionBatcher
-from perfcast.serving.models import ServedModels, missing_reason
+from perfcast.serving.models import ServedModels
 from perfcast.serving.rows import check_types
 from perfcast.serving.settings import Settings
 
@@ -228,7 +228,7 @@ def models_info(models: ServedModels) -> schemas.ModelsResponse:
     for task in models.tasks:
         c = loaded.get(task)
         if c is None:
-            infos.append(schemas.ModelInfo(task=task, loaded=False, reason=missing_reason(task)))
+            infos.append(schemas.ModelInfo(task=task, loaded=False, reason=models.reason(task)))
             continue
         infos.append(
             schemas.ModelInfo(

@@ -325,3 +325,81 @@ def test_a_half_sent_body_is_answered_408_after_the_read_timeout(models) -> None
                          b'{"rows": [')  # fmt: skip
             answer = sock.recv(4096)
     assert answer.startswith(b"HTTP/1.1 408"), answer[:100]
+
+
+def test_recommend_answers_a_diverse_pareto_set_not_near_duplicates(models) -> None:
+    from perfcast.optimizer import configs
+
+    pools = [configs.GpuPool("v100", gpus_per_node=8, nodes=8, price_per_gpu_hour=2.48)]
+    kwargs = {"local_batch_sizes": [32, 64, 128], "work": configs.Work(samples=1e8), "top_k": 5}
+    top = configs.recommend({"job": "resnet18"}, pools, models, **kwargs).top
+    every = configs.score_candidates(
+        configs.enumerate_candidates({"job": "resnet18"}, pools, [32, 64, 128]),
+        models,
+        kwargs["work"],
+    )
+    assert top["total_time_s"].iloc[0] == pytest.approx(every["total_time_s"].min())
+    assert top["total_time_s"].is_monotonic_increasing and top["num_gpus"].nunique() == 5
+    assert top["num_gpus"].max() >= 2 * top["num_gpus"].min()  # not 32, 31, 30, 29, 28
+    for row in top.iloc[1:].itertuples():  # none is beaten on time, cost and GPUs at once
+        better = (
+            (every["total_time_s"] <= row.total_time_s)
+            & (every["cost"] <= row.cost)
+            & (every["num_gpus"] <= row.num_gpus)
+        )
+        strictly = (every["total_time_s"] < row.total_time_s) | (every["cost"] < row.cost)
+        assert not (better & (strictly | (every["num_gpus"] < row.num_gpus))).any(), row
+
+
+# ---- ecosystem: logs, metrics, client ----------------------------------------------------
+
+
+def test_access_log_is_one_json_line_per_request_and_metrics_name_the_models(http) -> None:
+    import io as text_io
+    import logging
+
+    from perfcast.serving.logs import JsonFormatter
+
+    stream = text_io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JsonFormatter())
+    access = logging.getLogger("perfcast.access")
+    level = access.level
+    access.addHandler(handler)
+    access.setLevel(logging.INFO)
+    try:
+        http.post(PREDICT, json={"rows": [ROW]})
+        http.post(PREDICT, json={"rows": [{**ROW, "num_gpus": 4.5}]})
+    finally:
+        access.removeHandler(handler)
+        access.setLevel(level)
+    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+    assert [(e["route"], e["status"]) for e in lines] == [("/v1/predict/{task}", 200),
+                                                          ("/v1/predict/{task}", 422)]  # fmt: skip
+    assert all(e["ms"] > 0 and e["path"] == PREDICT for e in lines)
+    champion = model_store.load_champion("scaling")
+    text = http.get("/metrics").text
+    assert (
+        f'perfcast_model_info{{family="{champion.family}",run_id="{champion.run_id}",'
+        f'task="scaling",version="{champion.version}"}} 1.0'
+    ) in text
+
+
+def test_the_client_waits_as_retry_after_says_and_gives_up_after_its_retries() -> None:
+    from perfcast.serving.client import PerfcastClient, ServiceError
+
+    answers = iter([503, 503, 200, 503, 503])
+    calls = []
+
+    def service(request: httpx.Request) -> httpx.Response:
+        calls.append(request.url.path)
+        status = next(answers)
+        body = {"models": []} if status == 200 else {"detail": "full"}
+        return httpx.Response(status, json=body, headers={"Retry-After": "0"})
+
+    http = httpx.Client(transport=httpx.MockTransport(service), base_url="http://t")
+    assert PerfcastClient("http://t", http=http, retries=3).models() == {"models": []}
+    assert len(calls) == 3
+    with pytest.raises(ServiceError, match="503"):
+        PerfcastClient("http://t", http=http, retries=1).models()
+    assert len(calls) == 5

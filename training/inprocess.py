@@ -19,6 +19,7 @@ class InProcessBackend:
     def __init__(self, tasks: tuple[str, ...] = TASKS) -> None:
         self.tasks = tasks
         self._champions: dict[str, object] = {}
+        self.errors: dict[str, str] = {}  # why a task has no champion loaded, by task
         self._lock = threading.Lock()
 
     def _champion(self, task: str):
@@ -46,8 +47,9 @@ class InProcessBackend:
         for task in self.tasks:
             try:
                 self._champion(task)
-            except PerfcastError:
+            except PerfcastError as err:  # one task's broken champion leaves the others served
                 missing.append(task)
+                self.errors[task] = str(err)
         return missing
 
     def reload(self) -> list[str]:

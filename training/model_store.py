@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import unquote, urlparse
 
 import mlflow
 import pandas as pd
@@ -69,6 +72,18 @@ class Champion:
     metrics: dict[str, float]
 
 
+class ChampionLoadError(PerfcastError):
+    """The registered champion's artifact cannot be loaded (truncated, corrupt, unreadable)."""
+
+    def __init__(self, task: str, version: str, location: str, cause: Exception) -> None:
+        self.task, self.version, self.location = task, version, location
+        super().__init__(
+            f"the {task} champion (model version {version}) cannot be loaded from {location}: "
+            f"{type(cause).__name__}: {str(cause)[:200]}; train again "
+            f"(`perfcast train --task {task}`) to replace it"
+        )
+
+
 def load_champion(task: str) -> Champion | None:
     """The registered champion of `task`, or None when there is none, or when it was saved by
     a perfcast whose models had another format (it is then replaced by the next training)."""
@@ -90,8 +105,13 @@ def load_champion(task: str) -> Champion | None:
             model_name(task), version.version, saved_format or "unknown", MODEL_FORMAT,
         )  # fmt: skip
         return None
-    model = mlflow.pyfunc.load_model(f"models:/{model_name(task)}@{CHAMPION}")
-    predictor = model.unwrap_python_model().predictor
+    try:
+        model = mlflow.pyfunc.load_model(f"models:/{model_name(task)}@{CHAMPION}")
+        predictor = model.unwrap_python_model().predictor
+    except Exception as err:  # a truncated or corrupt artifact: anything unpickling can raise
+        where = _local(client.get_model_version_download_uri(model_name(task), version.version))
+        pickle = next(where.rglob("python_model.pkl"), None) if where.is_dir() else None
+        raise ChampionLoadError(task, str(version.version), str(pickle or where), err) from None
     return Champion(
         task=task,
         predictor=predictor,
@@ -101,6 +121,52 @@ def load_champion(task: str) -> Champion | None:
         trained_at=pd.Timestamp(run.info.start_time, unit="ms", tz="UTC").isoformat(),
         metrics={k: float(v) for k, v in run.data.metrics.items()},
     )
+
+
+HOST_TAG, PID_TAG = "perfcast.host", "perfcast.pid"  # who runs a training, to find orphans
+
+
+def tag_owner() -> None:
+    """Tag the active run with this host and process, so a killed training can be told from a
+    running one."""
+    mlflow.set_tags({HOST_TAG: socket.gethostname(), PID_TAG: str(os.getpid())})
+
+
+def close_orphaned_runs() -> list[str]:
+    """Mark KILLED the runs left RUNNING by trainings on this host whose process is gone;
+    returns their ids."""
+    configure()
+    client = MlflowClient()
+    experiment = client.get_experiment_by_name(EXPERIMENT)
+    if experiment is None:
+        return []
+    runs = client.search_runs(
+        [experiment.experiment_id], filter_string="attributes.status = 'RUNNING'"
+    )
+    closed = []
+    for run in runs:
+        tags = run.data.tags
+        if tags.get(HOST_TAG) != socket.gethostname() or not tags.get(PID_TAG, "").isdigit():
+            continue  # another machine's run, or one from before the tags: not ours to judge
+        if not _alive(int(tags[PID_TAG])):
+            client.set_terminated(run.info.run_id, status="KILLED")
+            closed.append(run.info.run_id)
+    return closed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _local(uri: str) -> Path:
+    """A file: URI or a plain path as a local path."""
+    return Path(unquote(urlparse(uri).path)) if uri.startswith("file:") else Path(uri)
 
 
 def set_champion(task: str, version: str) -> None:

@@ -10,12 +10,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import mlflow
+import numpy as np
 import pandas as pd
-from mlflow.models import infer_signature
+from mlflow.models import ModelSignature, infer_signature
+from mlflow.types.schema import ColSpec, Schema
 
 from perfcast import datasets
+from perfcast.datasets.contract import SCHEMAS
 from perfcast.datasets.splits import folds
 from perfcast.errors import PerfcastError
+from perfcast.features.graphs import samples
 from perfcast.predictor.backend import PER_SAMPLE_TASKS, TASK_TABLES
 from perfcast.predictor.base import MODEL_FORMAT
 from perfcast.training import model_store
@@ -62,6 +66,9 @@ class TrainResult:
     metrics: dict[str, float]
     champion_metrics: dict[str, float] | None
     promoted: bool
+    # what the promotion decision should be read with (an unloadable champion replaced, the
+    # comparison rows, a held-out error worse than the baseline)
+    notes: tuple[str, ...] = ()
 
 
 def train(task: str, data: str, model: str = "auto", split: str = "random") -> TrainResult:
@@ -70,7 +77,9 @@ def train(task: str, data: str, model: str = "auto", split: str = "random") -> T
     train_rows, test_rows = holdout(rows, kind, split)
     family = choose_family(task, kind, train_rows) if model == "auto" else model
     model_store.configure()
+    model_store.close_orphaned_runs()
     with mlflow.start_run(run_name=f"{task}-{family}") as run:
+        model_store.tag_owner()
         mlflow.log_params(
             {"task": task, "model": family, "requested_model": model, "data": data,
              "split": split, "train_rows": len(train_rows), "test_rows": len(test_rows)}
@@ -92,17 +101,107 @@ def train(task: str, data: str, model: str = "auto", split: str = "random") -> T
         info = mlflow.pyfunc.log_model(
             name="model",
             python_model=model_store.PerfcastModel(predictor),
-            signature=infer_signature(example, output),
+            signature=_signature(task, example, output),
             input_example=example,
             registered_model_name=model_store.model_name(task),
         )
     version = str(info.registered_model_version)
-    champion = model_store.load_champion(task)
-    champion_metrics = score(champion.predictor, test_rows) if champion else None
-    promoted = champion_metrics is None or metrics["mape"] < champion_metrics["mape"]
+    notes = []
+    baseline = baseline_mape(task, train_rows, test_rows)
+    if metrics["mape"] >= baseline:
+        notes.append(
+            f"warning: held-out MAPE {metrics['mape']:.1f}% is no better than predicting the "
+            f"training median ({baseline:.1f}%)"
+        )
+    try:
+        champion = model_store.load_champion(task)
+    except model_store.ChampionLoadError as err:
+        champion = None
+        notes.append(f"replacing a champion that cannot be loaded: {err}")
+    champion_metrics = None
+    if champion is not None:
+        rows_fair, where = comparison_rows(task, champion, train_rows, test_rows)
+        notes.append(where)
+        if rows_fair.empty:
+            champion_metrics = {"mape": float("nan")}
+        else:
+            champion_metrics = score(champion.predictor, rows_fair)
+            metrics = {**metrics, "mape_vs_champion_rows": score(predictor, rows_fair)["mape"]}
+    challenger = metrics.get("mape_vs_champion_rows", metrics["mape"])
+    promoted = champion_metrics is None or bool(challenger < champion_metrics["mape"])
     if promoted:
         model_store.set_champion(task, version)
-    return TrainResult(task, family, run.info.run_id, version, metrics, champion_metrics, promoted)
+    return TrainResult(
+        task, family, run.info.run_id, version, metrics, champion_metrics, promoted, tuple(notes)
+    )
+
+
+def comparison_rows(
+    task: str, champion: model_store.Champion, train_rows: pd.DataFrame, test_rows: pd.DataFrame
+) -> tuple[pd.DataFrame, str]:
+    """Rows neither the challenger nor the champion was trained on, from both held-out parts
+    (the champion's data too: a model that cannot predict jobs the champion knew must not win
+    on rows it chose), and a sentence saying which."""
+    kind = TASK_TABLES[task][0]
+    data, split = champion_params(champion)
+    try:
+        known_rows = load_rows(task, data)
+        champion_train, champion_test = holdout(known_rows, kind, split)
+    except (PerfcastError, OSError):
+        return (
+            test_rows,
+            f"the champion's training data ({data}) is not readable: compared on the new "
+            "held-out rows",
+        )
+    both = pd.concat([test_rows, champion_test], ignore_index=True)
+    both = both[~_keys(both, task).duplicated().to_numpy()]
+    seen = set(_keys(train_rows, task)) | set(_keys(champion_train, task))
+    fair = both[~_keys(both, task).isin(seen).to_numpy()].reset_index(drop=True)
+    return fair, (
+        f"compared with the champion on {len(fair)} held-out rows neither was trained on "
+        f"(from this data and the champion's {data})"
+    )
+
+
+def champion_params(champion: model_store.Champion) -> tuple[str, str]:
+    """The data and split the champion was trained with (from its MLflow run)."""
+    params = mlflow.get_run(champion.run_id).data.params
+    return params.get("data", DEFAULT_DATA[champion.task]), params.get("split", "random")
+
+
+def _keys(rows: pd.DataFrame, task: str) -> pd.Series:
+    """One identity per row (runtime: per graph sample), independent of column order."""
+    if task in PER_SAMPLE_TASKS:
+        return rows["sample_id"].astype(str).reset_index(drop=True)
+    columns = sorted(c for c in SCHEMAS[TASK_TABLES[task][0]].columns if c in rows.columns)
+    frame = rows[columns].astype(str).reset_index(drop=True)
+    return pd.util.hash_pandas_object(frame, index=False)
+
+
+def baseline_mape(task: str, train_rows: pd.DataFrame, test_rows: pd.DataFrame) -> float:
+    """MAPE (%) of the napkin baseline: every held-out row predicted at the training median."""
+    targets = TASK_TABLES[task][1]
+    if task in PER_SAMPLE_TASKS:
+        train_y = samples(train_rows)[targets[0]].to_numpy(dtype=float)
+        test_y = samples(test_rows)[targets[0]].to_numpy(dtype=float)
+    else:
+        train_y = np.concatenate([train_rows[t].to_numpy(dtype=float) for t in targets])
+        test_y = np.concatenate([test_rows[t].to_numpy(dtype=float) for t in targets])
+    return float(np.mean(np.abs(test_y - np.median(train_y)) / np.abs(test_y)) * 100)
+
+
+def _signature(task: str, example: pd.DataFrame, output: pd.DataFrame) -> ModelSignature:
+    """The inferred signature with the contract's optional columns (placement, sync_time_s,
+    source, ...) marked optional: `mlflow.pyfunc.load_model(...).predict(<the contract's
+    required columns>)` is answered."""
+    signature = infer_signature(example, output)
+    columns = SCHEMAS[TASK_TABLES[task][0]].columns
+    # only the contract's required columns are required (extra columns are optional too)
+    inputs = [
+        ColSpec(spec.type, spec.name, required=spec.name in columns and columns[spec.name].required)
+        for spec in signature.inputs.inputs
+    ]
+    return ModelSignature(inputs=Schema(inputs), outputs=signature.outputs)
 
 
 def _signature_safe(example: pd.DataFrame) -> pd.DataFrame:
@@ -123,21 +222,26 @@ def describe(result: TrainResult) -> str:
         f"(run {result.run_id[:8]}): held-out MAPE {m['mape']:.1f}%, MAE {m['mae']:.4g}, "
         f"p10-p90 coverage {m['interval_coverage']:.0%}, fit {m['fit_s']:.1f} s"
     )
+    notes = "".join(f"\n  {note}" for note in result.notes)
     if result.champion_metrics is None:
-        return text + "; no champion yet, now champion"
+        return text + "; no champion to compare, now champion" + notes
     verdict = "now champion" if result.promoted else "champion kept"
+    challenger = m.get("mape_vs_champion_rows", m["mape"])
     return (
-        text
-        + f"; champion's MAPE on the same rows {result.champion_metrics['mape']:.1f}%: {verdict}"
+        text + f"; on rows neither was trained on: this model {challenger:.1f}%, the champion "
+        f"{result.champion_metrics['mape']:.1f}%: {verdict}" + notes
     )
 
 
 def ensure_champions(tasks: list[str], echo=print) -> None:
     """Train and register the default model of every task that has no champion yet."""
     for task in tasks:
-        if model_store.load_champion(task) is not None:
-            continue
-        echo(f"no champion for {task}: training the default model on {DEFAULT_DATA[task]} ...")
+        try:
+            if model_store.load_champion(task) is not None:
+                continue
+            echo(f"no champion for {task}: training the default model on {DEFAULT_DATA[task]} ...")
+        except model_store.ChampionLoadError as err:
+            echo(f"{err}; training the default model on {DEFAULT_DATA[task]} ...")
         start = time.perf_counter()
         result = train(task, DEFAULT_DATA[task], model="gbm")
         echo(describe(result) + f" [{time.perf_counter() - start:.0f} s]")

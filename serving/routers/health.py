@@ -28,7 +28,7 @@ def healthz() -> Health:
 def readyz(models: Models) -> Response:
     loaded = sorted(models.champions())
     missing = [t for t in models.tasks if t not in loaded]
-    reason = f"no model for {', '.join(missing)}: see GET /v1/models" if missing else None
+    reason = "; ".join(f"{t}: {models.reason(t)}" for t in missing) if missing else None
     body = Readiness(ready=not missing, loaded=loaded, missing=missing, reason=reason)
     return JSONResponse(body.model_dump(), status_code=503 if missing else 200)
 

@@ -34,7 +34,7 @@ function draw(state) {
     cell(row, g.node);
     cell(row, g.gpu);
     cell(row, g.occupants.map((o) => o.job_id).join(", "), "occupants");
-    cell(row, g.occupants.length > 1 ? g.occupants[0].share : "exclusive");
+    cell(row, [...new Set(g.occupants.map((o) => o.share))].join(", "), "sharing");
   });
   fill("jobs", state.jobs, (row, j) => {
     row.dataset.job = j.job_id;
