@@ -299,17 +299,22 @@ def test_live_page_follows_the_store_without_reload(server: str, browser, live_d
         assert row.find_element(By.CLASS_NAME, "measured").text == "0.06120"
         assert row.find_element(By.CLASS_NAME, "predicted").text == "0.05000"
         assert _gpu_cell(browser, 0, 1) == "mlp-a"
+        sharing = browser.find_element(By.CSS_SELECTOR, '#gpus tr[data-gpu="0:1"] td.sharing')
+        assert sharing.text == "exclusive"
         kinds = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "#events td.kind")]
         assert "launch" in kinds
         _screenshot(browser, "ui-live")
 
-        # the policy moves mlp-a and starts mlp-b: the page follows, still the same page
-        store.update_job("mlp-a", gpus=[(1, 0), (1, 1)], iteration=250, samples_done=250 * 32)
+        # the policy moves mlp-a and time-slices mlp-b with it: the page follows, same page
+        store.update_job("mlp-a", gpus=[(1, 0), (1, 1)], iteration=250, samples_done=250 * 32,
+                         share="timeslice")  # fmt: skip
         store.log("mlp-a", "migrate", "to [(1, 0), (1, 1)] batch 32")
-        store.update_job("mlp-b", status="running", gpus=[(0, 0)])
-        _wait(browser, lambda d: _gpu_cell(d, 1, 0) == "mlp-a", "mlp-a on node 1")
-        _wait(browser, lambda d: _gpu_cell(d, 0, 0) == "mlp-b", "mlp-b on GPU 0:0")
-        assert _gpu_cell(browser, 0, 1) == ""
+        store.update_job("mlp-b", status="running", gpus=[(1, 0)], share="timeslice")
+        _wait(browser, lambda d: _gpu_cell(d, 1, 0) == "mlp-a, mlp-b", "both on GPU 1:0")
+        assert _gpu_cell(browser, 1, 1) == "mlp-a"
+        assert _gpu_cell(browser, 0, 0) == _gpu_cell(browser, 0, 1) == ""
+        sharing = browser.find_element(By.CSS_SELECTOR, '#gpus tr[data-gpu="1:0"] td.sharing')
+        assert sharing.text == "timeslice"
         row = browser.find_element(By.CSS_SELECTOR, '#jobs tr[data-job="mlp-a"]')
         assert row.find_element(By.CLASS_NAME, "iteration").text == "250 / 400"
         first = browser.find_element(By.CSS_SELECTOR, "#events tbody tr")
