@@ -147,7 +147,13 @@ def main() -> None:
     backend = InProcessBackend(("scaling",))
     backend.predict("scaling", pd.DataFrame([{**JOB, "num_gpus": 1, "num_nodes": 1}]))
     os.environ.setdefault("RAY_DEDUP_LOGS", "1")
-    ray.init(num_cpus=NUM_GPUS, num_gpus=NUM_GPUS, include_dashboard=False, logging_level="ERROR")
+    ray.init(
+        address="local",
+        num_cpus=NUM_GPUS,
+        num_gpus=NUM_GPUS,
+        include_dashboard=False,
+        logging_level="ERROR",
+    )
     runs: list[dict] = []
     loads: list[float] = []
     command = (

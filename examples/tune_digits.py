@@ -22,7 +22,7 @@ def main() -> None:
     parser.add_argument("--deadline", type=float, default=120.0, help="seconds")
     parser.add_argument("--gpus", type=int, default=4, help="logical GPUs on a CPU machine")
     args = parser.parse_args()
-    ray.init(num_cpus=args.gpus, num_gpus=args.gpus, include_dashboard=False)
+    ray.init(address="local", num_cpus=args.gpus, num_gpus=args.gpus, include_dashboard=False)
 
     # was: scheduler = ASHAScheduler(max_t=27, grace_period=1, reduction_factor=3)
     scheduler = HyperSched(

@@ -49,7 +49,9 @@ def test_pausing_and_resuming_from_a_checkpoint_changes_nothing(tmp_path) -> Non
 
 @pytest.mark.slow
 def test_a_real_tune_search_ends_by_the_deadline_under_hypersched(tmp_path) -> None:
-    ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, logging_level="ERROR")
+    ray.init(
+        address="local", num_cpus=2, num_gpus=2, include_dashboard=False, logging_level="ERROR"
+    )
     try:
         scheduler = HyperSched(deadline_s=60, num_gpus=2, max_t=9, grace_period=1)
         tuner = tune.Tuner(

@@ -14,6 +14,7 @@ trial paused at a rung or resized resumes where it was.
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from typing import Any
@@ -25,6 +26,7 @@ from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 
 
+@functools.cache  # once per process: a reused trial actor does not load it again
 def digits_split() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(x_train, y_train, x_val, y_val): the fixed 70/30 stratified split, pixels in 0..1."""
     x, y = load_digits(return_X_y=True)

@@ -27,6 +27,7 @@ scheduler never has trials holding more at once (pass logical GPUs on a CPU mach
 
 from __future__ import annotations
 
+import logging
 import statistics
 import time
 from collections.abc import Callable, Mapping
@@ -41,6 +42,8 @@ from perfcast.errors import PerfcastError
 from perfcast.predictor.backend import PredictionBackend
 from perfcast.scheduler.tune.rungs import Rungs
 from perfcast.scheduler.tune.scaling import ScalingAdvisor
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -181,6 +184,11 @@ class HyperSched(TrialScheduler):
         decision = self._decide(tune_controller, trial, result)
         if decision != TrialScheduler.CONTINUE:
             state.last_seen = None
+            logger.debug(
+                "%s at %s=%s: %s (%.0f s left, rungs %s)", trial, self.time_attr,
+                result.get(self.time_attr), decision, self.time_left(),
+                [len(x) for x in self.rungs.scores],
+            )  # fmt: skip
         return decision
 
     def _decide(self, tune_controller: Any, trial: Trial, result: dict) -> str:
