@@ -12,7 +12,13 @@ from perfcast.scheduler.core import ClusterSpec, ClusterState, Job, JobStatus, M
 from perfcast.scheduler.core.jobs import JobTable
 from perfcast.scheduler.core.loop import ConsolidatedPlacement, RoundContext, apply_decision
 from perfcast.scheduler.core.predictions import JobPredictor
-from perfcast.scheduler.policies import UnknownPolicyError, make_policy, policy_names
+from perfcast.scheduler.policies import (
+    PolicyOptionError,
+    UnknownPolicyError,
+    make_policy,
+    parse_policy_options,
+    policy_names,
+)
 from perfcast.scheduler.policies.elastic import value
 from perfcast.scheduler.policies.gandiva import salus_fits
 from perfcast.scheduler.sim.engine import simulate
@@ -224,3 +230,13 @@ def test_hypersched_starts_no_trial_that_cannot_matter_before_the_deadline():
     jobs = job_table(result).set_index("job_id")
     assert list(jobs.index[jobs["start_s"].notna()]) == ["t0"]
     assert jobs["finish_s"].max() == pytest.approx(150.0)  # stopped at the deadline
+
+
+def test_policy_options_parse_numbers_tuples_and_booleans():
+    options = parse_policy_options(["thresholds=3600,36000", "timeslice=false", "min_gain=0.1"])
+    assert options == {"thresholds": (3600, 36000), "timeslice": False, "min_gain": 0.1}
+    assert make_policy("tiresias", **parse_policy_options(["thresholds=57600"])).thresholds == (
+        57600.0,
+    )
+    with pytest.raises(PolicyOptionError, match="no option bogus"):
+        make_policy("fifo", bogus=1)
