@@ -21,7 +21,10 @@ def _last_json(output: str) -> dict:
     return json.loads(output.strip().splitlines()[-1])
 
 
-def test_train_registers_and_champion_moves_only_on_a_win() -> None:
+def test_train_registers_and_champion_moves_only_on_a_win(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PERFCAST_HOME", str(tmp_path))  # an empty registry, whatever ran before
     first = runner.invoke(
         app, ["train", "--task", "interference", "--data", "gavel-interference",
               "--model", "gbm", "--json"],
@@ -30,8 +33,7 @@ def test_train_registers_and_champion_moves_only_on_a_win() -> None:
     one = _last_json(first.output)
     client = MlflowClient()
     name = model_store.model_name("interference")
-    if one["version"] == "1":
-        assert one["promoted"]
+    assert one["version"] == "1" and one["promoted"]  # the first model is the champion
     run = client.get_run(one["run_id"])
     assert run.data.params["model"] == "gbm"
     assert run.data.metrics["mape"] == pytest.approx(one["mape"])
