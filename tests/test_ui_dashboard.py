@@ -50,10 +50,13 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def live_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("live-state")
-    os.environ["PERFCAST_LIVE_STATE"] = str(folder)
-    yield folder
-    os.environ.pop("PERFCAST_LIVE_STATE", None)
+    """The module's own perfcast home (its champions are exactly the ones trained here, whatever
+    other tests registered) and the folder the live page reads the scheduler's store from."""
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("PERFCAST_HOME", str(tmp_path_factory.mktemp("dashboard-home")))
+        folder = tmp_path_factory.mktemp("live-state")
+        env.setenv("PERFCAST_LIVE_STATE", str(folder))
+        yield folder
 
 
 @pytest.fixture(scope="module")
