@@ -29,7 +29,7 @@ from perfcast.serving.middleware import (
     RequestBodyMiddleware,
 )
 from perfcast.serving.models import ModelUnavailableError, ServedModels
-from perfcast.serving.routers import decide, health, predict
+from perfcast.serving.routers import decide, health, predict, query
 from perfcast.serving.routers import models as models_routes
 from perfcast.serving.settings import Settings
 from perfcast.serving.ui import routes as ui
@@ -54,6 +54,7 @@ def create_app(settings: Settings | None = None, models: ServedModels | None = N
     )
     app.state.settings, app.state.models, app.state.metrics = settings, models, metrics
     app.state.batcher = PredictionBatcher(models)
+    app.include_router(query.router)  # before predict's /v1/predict/{task}
     for router in (predict.router, decide.router, models_routes.router, health.router, ui.router):
         app.include_router(router)
     app.add_exception_handler(RequestValidationError, _invalid)
