@@ -146,6 +146,9 @@ def test_models_page_shows_the_apis_champions(server: str, browser) -> None:
         baseline = _num(row.find_element(By.CLASS_NAME, "baseline").get_attribute("data-value"))
         # the napkin baseline is far worse than a fitted model on these tables
         assert baseline is not None and baseline > model["metrics"]["mape"]
+        # the champion's p10-p90 interval on the held-out rows, relative to its prediction
+        width = _num(row.find_element(By.CLASS_NAME, "width").get_attribute("data-value"))
+        assert width is not None and 0 < width < 10
     data = {m["task"]: m for m in api}
     scaling_row = browser.find_element(By.CSS_SELECTOR, 'tr[data-task="scaling"]')
     assert scaling_row.find_element(By.CLASS_NAME, "data").text == "pollux-scaling"

@@ -10,6 +10,8 @@ import logging
 from dataclasses import dataclass
 
 import mlflow
+import numpy as np
+import pandas as pd
 from mlflow.exceptions import MlflowException
 
 from perfcast.errors import PerfcastError
@@ -27,16 +29,21 @@ class TrainedOn:
     train_rows: int | None
     test_rows: int | None
     baseline_mape: float | None  # percent; None when the training data cannot be read
+    # median over the held-out rows of (p90 - p10) / prediction (the trainer logs no width)
+    interval_width: float | None = None
     note: str = ""
 
 
 @functools.lru_cache(maxsize=64)  # per MLflow run: its data and held-out fold never change
-def trained_on(task: str, run_id: str) -> TrainedOn:
+def trained_on(task: str, run_id: str, predictor: object = None) -> TrainedOn:
+    """`predictor`, the loaded champion, gives the interval width on the held-out rows."""
     model_store.configure()
     try:
         params = mlflow.get_run(run_id).data.params
     except MlflowException as err:  # the run was deleted after its model was loaded
-        return TrainedOn("?", "?", None, None, None, f"MLflow run {run_id} not readable: {err}")
+        return TrainedOn(
+            "?", "?", None, None, None, note=f"MLflow run {run_id} not readable: {err}"
+        )
     data = params.get("data", DEFAULT_DATA.get(task, "?"))
     split = params.get("split", "random")
     train_n, test_n = _int(params.get("train_rows")), _int(params.get("test_rows"))
@@ -46,8 +53,21 @@ def trained_on(task: str, run_id: str) -> TrainedOn:
         baseline = baseline_mape(task, train, test)
     except (PerfcastError, OSError) as err:
         log.info("no baseline for the %s champion (run %s): %s", task, run_id, err)
-        return TrainedOn(data, split, train_n, test_n, None, f"baseline not computed: {err}")
-    return TrainedOn(data, split, train_n, test_n, baseline)
+        return TrainedOn(data, split, train_n, test_n, None, note=f"baseline not computed: {err}")
+    width = None if predictor is None else _median_width(task, predictor, test)
+    return TrainedOn(data, split, train_n, test_n, baseline, width)
+
+
+def _median_width(task: str, predictor, test: pd.DataFrame) -> float | None:
+    target = TASK_TABLES[task][1][0]
+    try:
+        out = predictor.predict_interval(test.drop(columns=list(TASK_TABLES[task][1])))
+    except PerfcastError as err:
+        log.info("no interval width for the %s champion: %s", task, err)
+        return None
+    width = (out[f"{target}_p90"] - out[f"{target}_p10"]) / out[target].abs()
+    width = width[np.isfinite(width.to_numpy(dtype=float))]
+    return float(width.median()) if len(width) else None
 
 
 def _int(value: str | None) -> int | None:

@@ -51,7 +51,9 @@ async def models_page(request: Request, models: Models) -> HTMLResponse:
     rows = []
     for m in info.models:
         details = (
-            await run_in_threadpool(trained_on, m.task, m.run_id) if m.loaded and m.run_id else None
+            await run_in_threadpool(trained_on, m.task, m.run_id, models.champion(m.task).predictor)
+            if m.loaded and m.run_id
+            else None
         )
         rows.append({"info": m, "trained": details})
     return templates.TemplateResponse(request, "models.html", {"page": "models", "rows": rows})
