@@ -173,9 +173,13 @@ def main() -> None:
     parser.add_argument(
         "--split", help="only the cases whose split contains this text, printed and not written"
     )
+    parser.add_argument("--families", help="only these model families (comma-separated)")
     args = parser.parse_args()
     tab = ("gbm",) if args.quick else ("gbm", "fcn")
     graph = tab if args.quick else ("gbm", "fcn", "rnn", "gnn")
+    if args.families:
+        chosen = args.families.split(",")
+        tab, graph = tuple(f for f in tab if f in chosen), tuple(f for f in graph if f in chosen)
     scaling = _scaling_rows()
     interference = datasets.load("gavel-interference")
     graphs = datasets.load("neusight-graphs")
