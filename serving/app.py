@@ -20,6 +20,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from perfcast.errors import ContractError, PerfcastError
+from perfcast.serving import docs
 from perfcast.serving.batching import PredictionBatcher
 from perfcast.serving.limits import RequestLimitError
 from perfcast.serving.metrics import ServiceMetrics
@@ -51,7 +52,10 @@ def create_app(settings: Settings | None = None, models: ServedModels | None = N
         title="perfcast",
         summary="Predictions and recommendations for deep-learning jobs on GPU clusters",
         version="1",
+        docs_url=None,  # served from local assets by serving/docs.py
+        redoc_url=None,
     )
+    docs.install(app)
     app.state.settings, app.state.models, app.state.metrics = settings, models, metrics
     app.state.batcher = PredictionBatcher(models)
     app.include_router(query.router)  # before predict's /v1/predict/{task}

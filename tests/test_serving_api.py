@@ -230,7 +230,11 @@ def test_health_readiness_and_metrics(http) -> None:
     label = f"{champion.family}:v{champion.version}"
     assert f'perfcast_predictions_total{{model="{label}",task="scaling"}}' in text
     assert "perfcast_http_request_duration_seconds_bucket" in text
-    assert http.get("/docs").status_code == 200
+    page = http.get("/docs")  # Swagger UI from the app's own assets: no CDN, no internet
+    assert page.status_code == 200 and "https://" not in page.text and "cdn" not in page.text
+    script = page.text.split('src="')[1].split('"')[0]
+    asset = http.get(script)
+    assert asset.status_code == 200 and "SwaggerUIBundle" in asset.text
 
 
 def test_client_is_a_prediction_backend_with_the_in_process_shapes(http, local, graph_rows):

@@ -40,7 +40,8 @@ def api_schema():
 @pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE])
 def test_no_request_gets_a_server_error(api_schema, mode) -> None:
     operations = [result.ok() for result in api_schema.get_all_operations()]
-    assert len(operations) == 9  # every route of the API
+    paths = api_schema.raw_schema["paths"].values()
+    assert len(operations) == sum(len(item) for item in paths) >= 9  # every route of the API
     for operation in operations:
         if mode is GenerationMode.NEGATIVE and not list(operation.body):
             continue  # nothing to make invalid (no request body)
