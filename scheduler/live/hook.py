@@ -47,6 +47,7 @@ from perfcast.scheduler.live.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
+from perfcast.scheduler.live.device import collective_device
 from perfcast.scheduler.live.spec import JobSpec
 
 _KEEP_CHECKPOINTS = 2
@@ -277,7 +278,8 @@ class TrainingHook:
             local, self._pending = self._pending, Command.NONE
         if self.world_size == 1:
             return local
-        code = torch.tensor([int(local)], dtype=torch.int64)
+        device = collective_device(dist.get_backend(), self.device)  # NCCL: CUDA tensors only
+        code = torch.tensor([int(local)], dtype=torch.int64, device=device)
         dist.broadcast(code, src=0)  # every rank acts on rank 0's command, at this iteration
         if int(code.item()) == Command.EXIT and self._pending_reason is None:
             self._pending_reason = "exit requested by rank 0"

@@ -34,6 +34,9 @@ class JobSpec(BaseModel):
     lr: float = Field(default=0.05, gt=0)
     momentum: float = Field(default=0.9, ge=0, lt=1)
     num_gpus: int = Field(default=1, ge=1, description="data-parallel workers requested")
+    device: Literal["cpu", "cuda"] = Field(
+        default="cpu", description="where each worker trains; cuda: refused where absent"
+    )
     seed: int = 0
     checkpoint_every: int = Field(default=50, ge=1, description="iterations between checkpoints")
     min_step_time_s: float = Field(

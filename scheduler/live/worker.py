@@ -23,6 +23,7 @@ import torch
 import torch.distributed as dist
 
 from perfcast.scheduler.live.checkpoint import CheckpointRef
+from perfcast.scheduler.live.device import backend_for, bind, worker_device
 from perfcast.scheduler.live.hook import AlreadyFinished, HookStatus, TrainingHook
 from perfcast.scheduler.live.spec import JobSpec
 
@@ -45,12 +46,6 @@ class Assignment:
     checkpoint_dir: str
     restore_from: dict[str, Any] | None = None
     restore_pending: bool = False  # wait for `hand_over` to say what to restore
-
-
-def _device(gpu_index: int | None) -> torch.device:
-    if gpu_index is not None and torch.cuda.is_available():
-        return torch.device(f"cuda:{gpu_index}")
-    return torch.device("cpu")  # no GPU here: a logical Ray GPU stands in, the job runs on CPU
 
 
 def _warm_up() -> None:
@@ -136,12 +131,13 @@ class TrainingWorker:
 
     def _run(self, a: Assignment) -> None:
         spec = JobSpec.model_validate(a.spec)
-        device = _device(a.gpu_index)
         outcome: dict[str, Any] = {"job_id": a.job_id, "attempt": a.attempt, "rank": a.rank}
         try:
+            device = worker_device(spec.device, a.gpu_index, torch.cuda.device_count())
+            bind(device)  # one process per GPU: its collectives and allocations go there
             if a.world_size > 1:
                 dist.init_process_group(
-                    "nccl" if device.type == "cuda" else "gloo",
+                    backend_for(device),
                     init_method=f"tcp://{a.master_addr}:{a.master_port}",
                     rank=a.rank,
                     world_size=a.world_size,
