@@ -256,6 +256,7 @@ def main() -> None:
     torch.set_num_threads(1)
     cuda = torch.cuda.is_available()
     ray.init(
+        address="local",  # a cluster of its own, whatever `ray start` clusters are up
         num_cpus=2 if not cuda else None,
         num_gpus=None if cuda else 4,
         include_dashboard=False,

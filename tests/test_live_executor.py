@@ -32,7 +32,10 @@ SPEC = JobSpec(
 
 @pytest.fixture(scope="module", autouse=True)
 def ray_cluster():
-    ray.init(num_cpus=2, num_gpus=4, include_dashboard=False, namespace="perfcast-tests")
+    # "local": a cluster of our own, even when another user's `ray start` cluster is up
+    ray.init(
+        address="local", num_cpus=2, num_gpus=4, include_dashboard=False, namespace="perfcast-tests"
+    )
     yield
     ray.shutdown()
 

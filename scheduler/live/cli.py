@@ -78,6 +78,7 @@ def _connect(state: Path | None, address: str | None, num_gpus: int = 4) -> None
             ray.init(address=address, namespace=DRIVER_NAMESPACE, log_to_driver=False)
         else:
             ray.init(
+                address="local",  # not the latest `ray start` cluster of whoever started one
                 num_gpus=None if _has_cuda() else num_gpus,
                 include_dashboard=False,
                 namespace=DRIVER_NAMESPACE,
