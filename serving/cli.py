@@ -170,7 +170,10 @@ def recommend(
     /v1/recommend): GPU type, GPUs, nodes, local batch size, with predicted step time,
     throughput, scaling efficiency, total time, cost and a reason each."""
     from perfcast.serving import schemas
+    from perfcast.serving.routers.query import recommend_job_file
 
+    if recommend_job_file(job_file, server, as_json):  # a query job (see examples/query_job.yaml)
+        return
     request = _read(job_file, schemas.RecommendRequest)
     answer = _answer(request, "recommend", schemas.RecommendResponse, server)
     if as_json:

@@ -131,3 +131,19 @@ def test_memory_is_priced_and_bad_requests_are_refused():
         recommend_query(pd.concat([_PLAN, _PLAN.assign(sample_id="other")]), backend, [1])
     with pytest.raises(PerfcastError, match="price"):
         QueryPrices(per_unit_hour=-1.0)
+
+
+def test_perfcast_recommend_answers_a_query_job(http):
+    import json
+    from pathlib import Path
+
+    from typer.testing import CliRunner
+
+    from perfcast.cli import app
+
+    job = Path(__file__).resolve().parent.parent / "examples" / "query_job.yaml"
+    result = CliRunner().invoke(app, ["recommend", str(job), "--json"])
+    assert result.exit_code == 0, result.output
+    reply = json.loads(result.stdout)
+    assert reply["candidates"] == 8
+    assert reply["top"] and all(c["time_s_p90"] <= 60 for c in reply["top"])

@@ -5,16 +5,19 @@ says which sample_id each prediction is for."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import pandas as pd
 from fastapi import APIRouter
-from pydantic import Field
+from pydantic import Field, ValidationError
 
+from perfcast.errors import PerfcastError
 from perfcast.optimizer.query import QueryPrices, recommend_query
 from perfcast.predictor.backend import TASK_TABLES
 from perfcast.serving import service
 from perfcast.serving.dependencies import Models
+from perfcast.serving.models import ServedModels
 from perfcast.serving.schemas import (
     MAX_ROWS,
     ModelRef,
@@ -82,6 +85,11 @@ def predict_query(body: PredictRequest, models: Models) -> PredictResponse:
 @router.post("/recommend/query", response_model=QueryRecommendResponse, responses=ERRORS)
 def recommend(body: QueryRecommendRequest, models: Models) -> QueryRecommendResponse:
     """The cheapest threads/executors and memory limits whose p90 run time meets the deadline."""
+    return answer(models, body)
+
+
+def answer(models: ServedModels, body: QueryRecommendRequest) -> QueryRecommendResponse:
+    """The recommendation for `body` with the served query champion (route and CLI)."""
     ref = service.model_ref(models, "query")
     top = recommend_query(
         pd.DataFrame.from_records(body.rows),
@@ -100,3 +108,87 @@ def recommend(body: QueryRecommendRequest, models: Models) -> QueryRecommendResp
         top=[QueryCandidate(**{k: v for k, v in r.items() if k in QueryCandidate.model_fields})
              for r in top.to_dict("records")],
     )  # fmt: skip
+
+
+def is_query_job(data: object) -> bool:
+    """Whether a `perfcast recommend` YAML describes a query job (it names a `plan`)."""
+    return isinstance(data, dict) and "plan" in data
+
+
+def request_from_yaml(data: dict, path: Path) -> QueryRecommendRequest:
+    """A query job YAML: `plan: {dataset: NAME | file: PATH, sample_id: ID}` (the DAG to
+    configure) and the request's other fields (parallelism, memory_limits_mb, deadline_s, ...)."""
+    from perfcast import datasets
+    from perfcast.datasets.io import read_table
+
+    plan = data.get("plan")
+    if (
+        not isinstance(plan, dict)
+        or "sample_id" not in plan
+        or not ("dataset" in plan or "file" in plan)
+    ):
+        raise PerfcastError(f"{path}: plan needs sample_id and one of dataset or file")
+    if "dataset" in plan:
+        rows = datasets.load(str(plan["dataset"]))
+    else:
+        rows = read_table(path.parent / str(plan["file"]), kind="plan")
+    job = rows[rows["sample_id"] == str(plan["sample_id"])]
+    if job.empty:
+        raise PerfcastError(f"{path}: no plan rows with sample_id {plan['sample_id']!r}")
+    job = job.drop(columns=["e2e_latency_ms"])
+    records = job.astype(object).where(job.notna(), None).to_dict("records")
+    fields = {k: v for k, v in data.items() if k != "plan"}
+    try:
+        return QueryRecommendRequest.model_validate({"rows": records, **fields})
+    except ValidationError as err:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in err.errors()[:5]
+        )
+        raise PerfcastError(f"{path}: {problems}") from None
+
+
+def recommend_job(data: dict, path: Path, server: str | None) -> QueryRecommendResponse:
+    """`perfcast recommend QUERY_JOB.yaml`: from a running server, or with the champion here."""
+    body = request_from_yaml(data, path)
+    if server:
+        from perfcast.serving.client import PerfcastClient
+
+        with PerfcastClient(server) as client:
+            reply = client._request(
+                "POST", "/v1/recommend/query", json=body.model_dump(mode="json")
+            )
+        return QueryRecommendResponse.model_validate(reply)
+    models = ServedModels(("query",))
+    models.reload()
+    return answer(models, body)
+
+
+def recommend_job_file(path: Path, server: str | None, as_json: bool) -> bool:
+    """`perfcast recommend` for a query job: answer and print it, and say True; False when the
+    YAML is not a query job (it has no `plan`), left to the GPU recommendation."""
+    import yaml
+    from rich.console import Console
+    from rich.table import Table
+
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError):
+        return False  # the GPU recommendation reads it again and words the error
+    if not is_query_job(data):
+        return False
+    reply = recommend_job(data, path, server)
+    if as_json:
+        print(reply.model_dump_json(indent=2))
+        return True
+    table = Table(title=f"{reply.candidates} candidates, cheapest first")
+    for column in ("#", "threads/executors", "memory MB", "time s (p10-p90)", "cost"):
+        table.add_column(column, justify="right")
+    for c in reply.top:
+        memory = "default" if c.memory_limit_mb is None else f"{c.memory_limit_mb:g}"
+        times = f"{c.time_s:.3g} ({c.time_s_p10:.3g}-{c.time_s_p90:.3g})"
+        table.add_row(str(c.rank), str(c.parallelism), memory, times, f"{c.cost:.3g}")
+    console = Console()
+    console.print(table)
+    for c in reply.top:
+        console.print(f"{c.rank}. {c.reason}", highlight=False)
+    return True
