@@ -202,6 +202,25 @@ def test_faster_gpus_and_smaller_batches_are_never_predicted_slower(
                 assert p50[i] <= p50[j] * (1 + 1e-9)
 
 
+def test_a_faster_network_given_per_row_predicts_faster_steps(gavel_scaling: pd.DataFrame) -> None:
+    """K80's multi-node rows for a model that knows K80 from one GPU only: the row's own
+    `inter_node_bw_gbps` reaches the prediction, and a faster network never predicts slower."""
+    held = (gavel_scaling["gpu_type"] == "k80") & (gavel_scaling["num_gpus"] > 1)
+    model = make_predictor("scaling", "gbm").fit(gavel_scaling[~held])
+    rows = gavel_scaling[held & (gavel_scaling["num_nodes"] > 1)].drop(columns=["step_time_s"])
+    slow, mid, fast = (model.predict(rows.assign(inter_node_bw_gbps=bw)) for bw in (0.3, 3.0, 30.0))
+    assert len(rows) > 40
+    assert (slow >= mid).all() and (mid >= fast).all()
+    assert np.median(slow / fast) > 2  # 100x the bandwidth is not lost in the correction
+
+
+def test_a_link_bandwidth_must_be_positive(gavel_model, gavel_scaling: pd.DataFrame) -> None:
+    row = gavel_scaling.iloc[:1].drop(columns=["step_time_s"]).assign(intra_node_bw_gbps=-1.0)
+    with pytest.raises(ContractError) as err:
+        gavel_model.predict_interval(row)
+    assert err.value.column == "intra_node_bw_gbps"
+
+
 def test_interconnect_table_covers_the_shipped_clusters() -> None:
     clusters = {"pollux": "t4", "muri": "v100", "sia-rtx": "rtx2080ti", "sia-quad": "rtx6000"}
     for cluster, gpu in clusters.items():
