@@ -267,17 +267,22 @@ class RayExecutor:
                     self._launch(job_id, restart.gpus, restart.global_batch, ref)
             for gang in list(self.live.values()):
                 ready, _ = ray.wait(gang.joins, num_returns=len(gang.joins), timeout=0)
-                outcomes, failure = [], None
+                outcomes, failure, died = [], None, False
                 for ref in ready:
                     try:
                         outcomes.append(ray.get(ref))
                     except (RayActorError, RayTaskError) as err:
-                        failure = f"worker died: {type(err).__name__}"
+                        failure, died = f"worker died: {type(err).__name__}", True
                 failure = failure or next(
                     (o["reason"] for o in outcomes if o and o["status"] == "failed"), None
                 )
                 if failure:
-                    reports.append(self._recover_failed(gang, failure))
+                    # every rank's loop returned and no process died: on CPU the processes are
+                    # sound and go back to the pool (a CUDA error can leave a context unusable)
+                    reusable = not died and len(outcomes) == len(gang.joins)
+                    reports.append(
+                        self._recover_failed(gang, failure, reusable and gang.spec.device == "cpu")
+                    )
                     continue
                 if len(outcomes) == len(gang.joins) and outcomes[0]["status"] == "finished":
                     reports.append(self._finish(gang, outcomes[0]))
@@ -342,8 +347,9 @@ class RayExecutor:
             outcome.get("ended_unix"),
         )
 
-    def _recover_failed(self, gang: WorkerGang, why: str) -> Report | None:
-        """Kill what is left of the attempt and restart it from its last checkpoint after a
+    def _recover_failed(self, gang: WorkerGang, why: str, reusable: bool) -> Report | None:
+        """End what is left of the attempt (its workers go back to the pool when `reusable`,
+        else they are killed) and restart it from its last checkpoint after a
         backoff that doubles with each failure in a row: on the same GPUs if their nodes are
         alive, else report it lost so the policy places it again. More failures in a row than
         the spec's `max_restarts` (no newer checkpoint in between): the job has failed."""
@@ -351,7 +357,10 @@ class RayExecutor:
         self.store.log(job_id, "failure", why[-500:])
         self.slicer.remove(job_id)
         self.live.pop(job_id)
-        gang.kill()
+        if reusable:
+            self.pool.give_back(gang)
+        else:
+            gang.kill()
         ref = self._restore_point(job_id)
         at = ref.iteration if ref else None
         count, before = self._failures.get(job_id, (0, None))
