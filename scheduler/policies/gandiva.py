@@ -78,10 +78,8 @@ class GandivaPlacement(ConsolidatedPlacement):
             return None
         node = max(nodes, key=lambda n: (cluster.free_per_node[n], -n))
         guests = {j for occ in cluster.occupants[node] for j in occ}
-        movable = sorted(
-            (ctx.jobs[j] for j in guests),
-            key=lambda s: s.num_gpus,
-        )
+        # sorted by size, then id: set order varies between processes (hash seeds)
+        movable = sorted((ctx.jobs[j] for j in guests), key=lambda s: (s.num_gpus, s.job_id))
         for state in movable:
             if cluster.free_per_node[node] >= alloc.num_gpus:
                 break

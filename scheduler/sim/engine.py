@@ -100,12 +100,12 @@ class SimulatedExecutor:
                 record.slots = decision.gpus
                 record.busy_until = max(record.busy_until, now + delay)
         # neighbours on GPUs whose occupants changed run at a new rate too
-        for node, gpu in slots:
+        for node, gpu in sorted(slots):  # a fixed order: event ties resolve the same way
             for other in self.cluster.occupants[node][gpu]:
                 if other not in touched:
                     self.sync(jobs[other], now)
                     touched.add(other)
-        for job_id in touched:
+        for job_id in sorted(touched):
             state = jobs[job_id]
             if job_id in self.running:
                 self.running[job_id].rate = self.true_rate(state, jobs)
@@ -196,7 +196,7 @@ class SimulatedExecutor:
 
     def refresh(self, jobs: JobTable, now: float) -> None:
         """New rates for the jobs whose GPU neighbours left (call after releasing GPUs)."""
-        for job_id in self._after_release:
+        for job_id in sorted(self._after_release):
             if job_id in self.running:
                 self.running[job_id].rate = self.true_rate(jobs[job_id], jobs)
                 self._schedule_completion(jobs[job_id], now)
