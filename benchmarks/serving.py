@@ -266,6 +266,7 @@ def main() -> None:
     parser.add_argument("--overload-seconds", type=float, default=2.0)
     parser.add_argument("--no-write", action="store_true", help="do not write BENCHMARKS.md")
     args = parser.parse_args()
+    load_before = os.getloadavg()[0]
     throughput = {task: batch_throughput(task, data) for task, data in THROUGHPUT_DATA.items()}
     home = args.home or Path(tempfile.mkdtemp(prefix="perfcast-bench-"))
     ensure_scaling_champion(home, args.scaling_data)
@@ -323,6 +324,7 @@ def main() -> None:
          verdict(-throughput[task], -TARGETS["rows_per_s"]))
         for task, data in THROUGHPUT_DATA.items()
     ]  # fmt: skip
+    load_after = os.getloadavg()[0]
     table = "| measure | result | target | |\n|---|---|---|---|\n" + "\n".join(
         f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows
     )
@@ -355,12 +357,16 @@ def main() -> None:
         "Latency counts from each request's scheduled send time, so queueing is included. "
         f"Model: the scaling champion (gbm) trained on {args.scaling_data}.\n\n{table}\n\n"
         "### Overload (admission control)\n\n"
-        "Default settings (PERFCAST_MAX_IN_FLIGHT=64; uvicorn limit_concurrency=256). Server RSS "
+        "Default settings (PERFCAST_MAX_IN_FLIGHT=64; uvicorn limit_concurrency=256). Latency "
+        "counts from the scheduled send time, so a load generator that cannot keep up with the "
+        "rate (the open loop on a loaded machine) adds its own backlog. Server RSS "
         f"{idle_mb:,.0f} MB before, {after_overload_mb:,.0f} MB after the overload."
         + (f" Errors other than 503: {', '.join(missed_overload)}." if missed_overload else "")
         + f"\n\n{overload_table}\n\n"
         "### Per-request limits (serving/settings.py defaults)\n\n"
         f"{limits_table}\n\n"
+        f"1-minute load average {load_before:.0f} at the start, {load_after:.0f} at the end "
+        f"(on {os.cpu_count()} cores). "
         "**The machine has 2 CPU cores shared with other agents working at the same time**; "
         "server and load generator share them too, so these are pessimistic numbers that vary "
         "from round to round with the other agents' load. Concurrent single-row requests are "
