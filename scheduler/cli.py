@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -16,18 +16,15 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedCo
 from rich.table import Table
 
 from perfcast.errors import PerfcastError
-from perfcast.predictor.backend import PredictionBackend
-from perfcast.scheduler.core.cluster import ClusterSpec
-from perfcast.scheduler.policies import parse_policy_options, policy_names
 from perfcast.scheduler.sim.costs import Costs
-from perfcast.scheduler.sim.run import (
-    BackendFactory,
-    oracle_backend,
-    prepare_workload,
-    run_simulation,
-    write_outputs,
-)
-from perfcast.scheduler.sim.workload import Workload
+
+if TYPE_CHECKING:
+    from perfcast.predictor.backend import PredictionBackend
+    from perfcast.scheduler.sim.run import BackendFactory
+    from perfcast.scheduler.sim.workload import Workload
+
+# The simulator, the policies and the models load inside the command: `perfcast --help` stays
+# fast. An unknown --policy names every registered policy.
 
 BACKENDS: tuple[str, ...] = ("inprocess", "http", "oracle")
 DEFAULT_COSTS = Costs()
@@ -37,6 +34,8 @@ def backend_factory(name: str, url: str = "http://127.0.0.1:8000") -> BackendFac
     """The prediction backend a predictor name means: `inprocess` (champion models in memory),
     `http` (the prediction service at `url`) or `oracle` (true values)."""
     if name == "oracle":
+        from perfcast.scheduler.sim.run import oracle_backend
+
         return oracle_backend
     if name == "inprocess":
         try:
@@ -87,7 +86,12 @@ def simulate(
             help="Cluster: NODESxGPUS:TYPE (e.g. 16x8:v100, or 4x8:v100,2x4:k80) or a YAML file."
         ),
     ],
-    policy: Annotated[str, typer.Option(help=f"Policy: {', '.join(policy_names())}.")],
+    policy: Annotated[
+        str,
+        typer.Option(
+            help="Policy: fifo, tiresias, srtf, gandiva, elastic, pollux, hypersched, ..."
+        ),
+    ],
     predictor: Annotated[
         str, typer.Option(help=f"Prediction backend for decisions: {', '.join(BACKENDS)}.")
     ] = "oracle",
@@ -123,6 +127,10 @@ def simulate(
 ) -> None:
     """Simulate a trace: jobs progress at measured step times; the policy decides from the
     chosen predictions. Prints the JCT, queueing, utilization and fairness figures."""
+    from perfcast.scheduler.core.cluster import ClusterSpec
+    from perfcast.scheduler.policies import parse_policy_options
+    from perfcast.scheduler.sim.run import prepare_workload, run_simulation, write_outputs
+
     spec = ClusterSpec.parse(cluster)
     options = parse_policy_options(policy_option or [])
     backend = backend_factory(predictor, url)
