@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from perfcast.errors import ContractError, PerfcastError
-from perfcast.predictor.backend import TASK_TABLES, Task
+from perfcast.predictor.backend import PER_SAMPLE_TASKS, TASK_TABLES, Task
 from perfcast.serving.errors import ModelUnavailableError, ServiceError
 from perfcast.serving.settings import MAX_ROWS
 
@@ -71,12 +71,12 @@ class PerfcastClient:
             for start, stop in self._chunks(task, rows)
         ]
         out = pd.concat(parts, ignore_index=True)
-        if task == "runtime":
+        if task in PER_SAMPLE_TASKS:
             return out.set_index("sample_id")
         return out
 
     def _chunks(self, task: str, rows: pd.DataFrame) -> list[tuple[int, int]]:
-        if task != "runtime":
+        if task not in PER_SAMPLE_TASKS:
             return [
                 (s, min(s + self.max_rows, len(rows))) for s in range(0, len(rows), self.max_rows)
             ]

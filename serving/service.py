@@ -12,7 +12,7 @@ from starlette.concurrency import run_in_threadpool
 
 from perfcast.errors import PerfcastError
 from perfcast.optimizer import configs, elastic, placement
-from perfcast.predictor.backend import TASK_TABLES, PredictionBackend
+from perfcast.predictor.backend import PER_SAMPLE_TASKS, TASK_TABLES, PredictionBackend
 from perfcast.serving import limits, schemas
 from perfcast.serving.batching import PredictionBatcher
 from perfcast.serving.models import ServedModels
@@ -71,7 +71,7 @@ async def predict(
         else await run_in_threadpool(pd.DataFrame.from_records, rows)
     )
     out = await batcher.predict(task, frame, gone)
-    if task == "runtime":
+    if task in PER_SAMPLE_TASKS:
         out = out.reset_index()  # one prediction per sample_id: say which
     predictions = _finite_or_none(out) if small else await run_in_threadpool(_finite_or_none, out)
     return schemas.PredictResponse(
