@@ -337,8 +337,8 @@ class RayExecutor:
             iteration=outcome["iteration"],
             mean_step_time_s=outcome.get("mean_step_time_s"),
             metrics=outcome.get("metrics"),
+            event=("finished", f"iteration {outcome['iteration']}"),  # a kill cannot split them
         )
-        self.store.log(gang.job_id, "finished", f"iteration {outcome['iteration']}")
         return Finished(
             gang.job_id,
             outcome["samples_done"],

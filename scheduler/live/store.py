@@ -150,7 +150,11 @@ class JobStore:
         except sqlite3.IntegrityError:
             raise StoreError(f"job {job_id!r} already exists in {self.path}") from None
 
-    def update_job(self, job_id: str, **fields: Any) -> None:
+    def update_job(
+        self, job_id: str, *, event: tuple[str, str] | None = None, **fields: Any
+    ) -> None:
+        """Change a job's fields and, with `event` (kind, detail), log it in the same
+        transaction: a process killed in between cannot leave one without the other."""
         unknown = set(fields) - set(_JOB_FIELDS)
         if unknown:
             raise StoreError(f"unknown job fields {sorted(unknown)}")
@@ -164,6 +168,11 @@ class JobStore:
             cursor = self._db.execute(
                 f"UPDATE jobs SET {assignments} WHERE job_id = ?", (*fields.values(), job_id)
             )
+            if event is not None and cursor.rowcount == 1:
+                self._db.execute(
+                    "INSERT INTO events (job_id, at, kind, detail) VALUES (?, ?, ?, ?)",
+                    (job_id, time.time(), *event),
+                )
         if cursor.rowcount != 1:
             raise StoreError(f"no job {job_id!r} in {self.path}")
 
