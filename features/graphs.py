@@ -113,7 +113,8 @@ def op_table(nodes: pd.DataFrame) -> pd.DataFrame:
     busy = nodes[(nodes["flops"] > 0) | (nodes["bytes"] > 0)]
     flops, nbytes = busy["flops"].astype(float), busy["bytes"].astype(float).clip(lower=1.0)
     ridge = busy["peak_op_tflops"] * 1e12 / (busy["mem_bw_gbps"] * 1e9)
-    numel = busy["output_shape"].map(lambda s: float(np.prod(json.loads(s) or [1])))
+    # astype: mapping an empty column keeps its string dtype, and the division below would fail
+    numel = busy["output_shape"].map(lambda s: float(np.prod(json.loads(s) or [1]))).astype(float)
     out = pd.DataFrame(index=busy.index)
     out["op"] = busy["op"].astype(str)
     out["train"] = (busy["mode"] == "train").astype(float)
@@ -122,7 +123,7 @@ def op_table(nodes: pd.DataFrame) -> pd.DataFrame:
     out["log_bytes"] = np.log(nbytes)
     out["log_intensity_vs_ridge"] = np.log((flops + 1.0) / nbytes / ridge)
     out["log_bytes_vs_l2"] = np.log(nbytes / (busy["l2_mb"] * 2**20))
-    out["log_elements_per_sm"] = np.log(numel.clip(lower=1.0) / busy["num_sm"])
+    out["log_elements_per_sm"] = np.log(numel.clip(lower=1.0) / busy["num_sm"].astype(float))
     out["log_ridge"] = np.log(ridge)
     for column in ("peak_op_tflops", "mem_bw_gbps", "num_sm", "l2_mb"):
         out[f"log_{column}"] = np.log(busy[column].astype(float))
