@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -26,8 +26,12 @@ from rich.table import Table
 from perfcast.errors import PerfcastError
 from perfcast.paths import state_dir
 from perfcast.scheduler.live.spec import JobSpec, load_job
-from perfcast.scheduler.live.store import JobStore, StoreError
-from perfcast.scheduler.live.trace import load_trace
+
+if TYPE_CHECKING:
+    from perfcast.scheduler.live.store import JobStore
+
+# The store (torch, through checkpoints), traces (pandas) and Ray load inside the commands:
+# `perfcast --help` stays fast.
 
 app = typer.Typer(no_args_is_help=True, add_completion=False)
 cluster_app = typer.Typer(
@@ -58,6 +62,8 @@ def _state(state: Path | None) -> Path:
 
 
 def _store(state: Path | None) -> JobStore:
+    from perfcast.scheduler.live.store import JobStore
+
     return JobStore(_state(state) / "state.db")
 
 
@@ -235,6 +241,8 @@ def jobs(
 
 @job_app.command("show")
 def job_show(job_id: str, state: StateOpt = None) -> None:
+    from perfcast.scheduler.live.store import StoreError
+
     """One job in full: its record, the error it failed with, and its event log."""
     store = _store(state)
     try:
@@ -267,6 +275,8 @@ def _parse_gpus(text: str | None) -> list[list[int]]:
 
 
 def _queue(state: Path | None, job_id: str, kind: str, args: dict) -> None:
+    from perfcast.scheduler.live.store import StoreError
+
     store = _store(state)
     try:
         command_id = store.add_command(job_id, kind, args)
@@ -353,6 +363,7 @@ def run_trace(
 
     from perfcast.scheduler.live.executor import RayExecutor
     from perfcast.scheduler.live.runner import LiveRunner
+    from perfcast.scheduler.live.trace import load_trace
     from perfcast.scheduler.policies import make_policy
 
     entries = load_trace(trace, time_scale=time_scale, step_s=step_s)
