@@ -67,7 +67,10 @@ class OpLatencyModel:
         return self
 
     def predict_log_sum(self, table: pd.DataFrame, index: pd.Index) -> np.ndarray:
-        """log of the predicted per-iteration latency (ms) of each sample in `index`."""
+        """log of the predicted per-iteration latency (ms) of each sample in `index` (NaN for a
+        sample without a node that moves data or computes, as when none of `table`'s do)."""
+        if table.empty:  # LightGBM refuses an empty matrix
+            return np.full(len(index), np.nan)
         ratio = np.exp(self.model_.predict(self._features(table)))
         ms = table["roofline_ms"] * ratio * table["repeat"]
         return np.log(ms.groupby(table["sample_id"]).sum().reindex(index).to_numpy(dtype=float))

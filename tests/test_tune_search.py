@@ -14,6 +14,8 @@ from perfcast.scheduler.tune.digits import DigitsTrainable, digits_split
 GOOD = {"lr": 0.05, "hidden": 64, "layers": 1, "local_batch": 32, "momentum": 0.9,
         "weight_decay": 1e-5, "seed": 3}  # fmt: skip
 
+DEADLINE_S = 180
+
 
 def test_the_split_is_fixed_stratified_and_disjoint() -> None:
     x_tr, y_tr, x_va, y_va = digits_split()
@@ -53,7 +55,9 @@ def test_a_real_tune_search_ends_by_the_deadline_under_hypersched(tmp_path) -> N
         address="local", num_cpus=2, num_gpus=2, include_dashboard=False, logging_level="ERROR"
     )
     try:
-        scheduler = HyperSched(deadline_s=60, num_gpus=2, max_t=9, grace_period=1)
+        # the deadline leaves room for Ray to start the trial processes on a busy machine (a
+        # minute or more under load); a quiet one finishes the 9 iterations well before it
+        scheduler = HyperSched(deadline_s=DEADLINE_S, num_gpus=2, max_t=9, grace_period=1)
         tuner = tune.Tuner(
             tune.with_resources(DigitsTrainable, {"cpu": 1, "gpu": 1}),
             param_space={**GOOD, "lr": tune.grid_search([0.0003, 0.003, 0.03, 0.1])},
@@ -67,9 +71,10 @@ def test_a_real_tune_search_ends_by_the_deadline_under_hypersched(tmp_path) -> N
         elapsed = time.time() - start
     finally:
         ray.shutdown()
-    assert elapsed < 60 + 45  # the scheduler ended it (no time_budget_s given to Tune)
-    reported = [r for r in results if r.metrics]
-    assert reported, "no trial reported within the deadline"
+    assert elapsed < DEADLINE_S + 45  # the scheduler ended it (no time_budget_s given to Tune)
+    # a trial the start rule removed before it ran carries Tune's bookkeeping but no result
+    reported = [r for r in results if "training_iteration" in (r.metrics or {})]
+    assert reported, f"no trial reported within the deadline: {[r.metrics for r in results]}"
     iterations = [r.metrics["training_iteration"] for r in reported]
     assert max(iterations) <= 9
     best = results.get_best_result()
