@@ -28,6 +28,11 @@ def atomic_open(path: str | Path, mode: Literal["w", "wb"] = "wb") -> Iterator[I
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)  # make the rename itself durable
+    finally:
+        os.close(dir_fd)
 
 
 def atomic_write_text(path: str | Path, text: str) -> Path:

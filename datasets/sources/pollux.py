@@ -82,7 +82,6 @@ def _scalability(app: str) -> pd.DataFrame:
 
 
 def _scaling_rows(app: str) -> pd.DataFrame:
-    job, family = WORKLOADS[app]
     placed, spread = _placements(app), _scalability(app)
     both = pd.concat(
         [
@@ -91,10 +90,18 @@ def _scaling_rows(app: str) -> pd.DataFrame:
         ],
         ignore_index=True,
     )
-    return pd.DataFrame(
+    return scaling_frame(both, app, GPU_TYPE)
+
+
+def scaling_frame(both: pd.DataFrame, app: str, gpu_type: str, **extra: str) -> pd.DataFrame:
+    """Scaling-contract rows from measurements in Pollux's format (placements.csv and
+    scalability.csv columns, with `num_nodes`, `num_replicas` and `source`); Sia's artifact
+    writes the same format. `extra` adds constant columns (e.g. cluster)."""
+    job, family = WORKLOADS[app]
+    frame = pd.DataFrame(
         {
             "job": job,
-            "gpu_type": GPU_TYPE,
+            "gpu_type": gpu_type,
             "num_nodes": both["num_nodes"],
             "num_gpus": both["num_replicas"],
             "placement": both["placement"],
@@ -102,10 +109,9 @@ def _scaling_rows(app: str) -> pd.DataFrame:
             "step_time_s": both["step_time"],  # seconds per iteration, sync included
             "sync_time_s": both["sync_time"],  # seconds
             "source": both["source"],
-            "model_family": family,
-            "application": app,
         }
     )
+    return frame.assign(**extra, model_family=family, application=app)
 
 
 @dataset(

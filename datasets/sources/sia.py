@@ -23,7 +23,7 @@ import pandas as pd
 from perfcast.datasets.fetch import fetch
 from perfcast.datasets.placements import read_placements
 from perfcast.datasets.registry import dataset
-from perfcast.datasets.sources.pollux import WORKLOADS
+from perfcast.datasets.sources.pollux import WORKLOADS, scaling_frame
 
 SOURCE = "Sia (SOSP'23), github.com/siasosp23/artifacts (sia-simulator/traces)"
 # the artifact's cluster suffix -> (gpu_type, cluster name in features.devices.INTERCONNECTS)
@@ -50,24 +50,8 @@ def _cluster_rows(app: str, suffix: str) -> pd.DataFrame:
     for path in spread_path:
         parts.append(pd.read_csv(fetch(path)).assign(placement=None, source=path))
     both = pd.concat(parts, ignore_index=True)
-    job, family = WORKLOADS[app]
     gpu_type, cluster = CLUSTERS[suffix]
-    return pd.DataFrame(
-        {
-            "job": job,
-            "gpu_type": gpu_type,
-            "num_nodes": both["num_nodes"],
-            "num_gpus": both["num_replicas"],
-            "placement": both["placement"],
-            "local_batch_size": both["local_bsz"],
-            "step_time_s": both["step_time"],  # seconds per iteration, sync included
-            "sync_time_s": both["sync_time"],  # seconds
-            "source": both["source"],
-            "cluster": cluster,
-            "model_family": family,
-            "application": app,
-        }
-    )
+    return scaling_frame(both, app, gpu_type, cluster=cluster)
 
 
 @dataset(

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import os
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +18,7 @@ from typing import Any
 
 import torch
 
+from perfcast.atomic import atomic_open
 from perfcast.errors import PerfcastError
 
 _MAGIC = b"perfcast-ckpt-v1 "
@@ -44,23 +43,9 @@ def save_checkpoint(path: str | Path, state: dict[str, Any]) -> CheckpointRef:
     torch.save(state, buffer)
     payload = buffer.getbuffer()  # a view, not a copy of what may be gigabytes
     digest = hashlib.sha256(payload).hexdigest()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(_MAGIC + digest.encode() + b"\n")
-            fh.write(payload)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)  # make the rename itself durable
-    finally:
-        os.close(dir_fd)
+    with atomic_open(path) as fh:
+        fh.write(_MAGIC + digest.encode() + b"\n")
+        fh.write(payload)
     return CheckpointRef(str(path), digest, int(state["iteration"]), len(payload))
 
 
