@@ -155,7 +155,8 @@ def test_a_new_trial_starts_only_while_it_can_reach_the_rungs_that_matter() -> N
     assert sched.choose_trial_to_run(ctl) is late
     clock.now += 2  # 8 s left
     assert not sched.worth_starting()
-    assert sched.choose_trial_to_run(ctl) is None
+    # the GPUs go to the best paused trial (8 s: a 2 s restart and 1 s iterations fit)
+    assert sched.choose_trial_to_run(ctl) is first[2]
     assert late.status == Trial.TERMINATED  # removed, so Tune cannot start it
 
 
@@ -169,9 +170,77 @@ def test_when_stuck_the_best_paused_trial_trains_to_max_t_without_rung_pauses() 
     for i in range(2, 9):
         assert ctl.report(b, i, 0.7) == CONTINUE  # rung 3 passed alone
     assert ctl.report(b, 9, 0.8) == STOP  # max_t
-    # a trial was trained in full: the search ends instead of resuming the rest
+    # time is left: the next-best paused trial trains on instead of the search ending
+    assert sched.choose_trial_to_run(ctl) is a
+    for i in range(2, 9):
+        assert ctl.report(a, i, 0.5) == CONTINUE
+    assert ctl.report(a, 9, 0.5) == STOP
+    assert sched.choose_trial_to_run(ctl) is None  # nothing is left: the search ends
+    assert not sched.worth_starting()
+
+
+@pytest.mark.parametrize(("left", "resumed"), [(12.0, False), (20.0, True)])
+def test_a_paused_trial_resumes_only_while_a_restart_and_an_iteration_fit(left, resumed) -> None:
+    clock = Clock()
+    sched = hypersched(clock)
+    ctl = MockController(sched)
+    a, b = ctl.add(), ctl.add()
+    assert ctl.report(a, 1, 0.4, seconds=10.0) == PAUSE
+    assert ctl.report(b, 1, 0.6, seconds=10.0) == PAUSE
+    assert sched.choose_trial_to_run(ctl) is b
+    clock.now += 15
+    ctl.report(b, 2, 0.7, seconds=10.0)  # its restart took 15 - 10 = 5 s
+    for i in range(3, 10):
+        clock.now += 10  # 10 s per iteration
+        ctl.report(b, i, 0.7, seconds=10.0)
+    assert b.status == Trial.TERMINATED
+    clock.now = sched._start + 100 - left  # a restart and an iteration need 15 s
+    assert (sched.choose_trial_to_run(ctl) is a) == resumed
+    assert (a.status == Trial.TERMINATED) != resumed  # the search ended, a removed
+
+
+def test_the_deadline_clock_starts_when_the_first_trial_process_runs() -> None:
+    clock = Clock()
+    sched = hypersched(clock)  # 100 s
+    ctl = MockController(sched)
+    a, b = ctl.add(), ctl.add()
+    clock.now += 500  # Ray starting the trial processes on a busy machine
+    assert sched.choose_trial_to_run(ctl) is a  # nothing stopped before any trial ran
+    assert sched.time_left() == 100
+    a.set_status(Trial.RUNNING)
+    assert sched.choose_trial_to_run(ctl) is b  # it sees a running: the clock starts
+    clock.now += 99
+    assert ctl.report(a, 1, 0.5) == PAUSE  # a rung pause, not the deadline's stop
+    clock.now += 2
     assert sched.choose_trial_to_run(ctl) is None
-    assert a.status == Trial.TERMINATED
+    assert {a.status, b.status} == {Trial.TERMINATED}
+
+
+def test_a_given_clock_start_is_a_hard_wall_clock_deadline() -> None:
+    clock = Clock()
+    sched = hypersched(clock, clock_start=clock.now)
+    ctl = MockController(sched)
+    trial = ctl.add()
+    clock.now += 101  # no trial process ever ran
+    assert sched.choose_trial_to_run(ctl) is None
+    assert trial.status == Trial.TERMINATED
+
+
+def test_free_gpus_resume_the_next_best_paused_trial_while_another_runs() -> None:
+    sched = hypersched(Clock(), num_gpus=2)
+    ctl = MockController(sched)
+    a, b, c = ctl.add(), ctl.add(), ctl.add()
+    assert [ctl.report(x, 1, acc) for x, acc in ((a, 0.3), (b, 0.6), (c, 0.9))] == [
+        PAUSE,
+        PAUSE,
+        CONTINUE,
+    ]
+    assert sched.choose_trial_to_run(ctl) is b  # c holds 1 of 2 GPUs: b, not a, gets the other
+    b.set_status(Trial.RUNNING)
+    assert sched.choose_trial_to_run(ctl) is None  # no GPU is free; a waits, not stopped
+    assert a.status == Trial.PAUSED
+    for i in (2, 3):  # b trains on without pausing at rung 3, where it is alone
+        assert ctl.report(b, i, 0.7) == CONTINUE
 
 
 def promoted_alone(deadline_s: float, backend: ScalingTable) -> tuple[HyperSched, MockController]:
@@ -195,6 +264,20 @@ def test_free_gpus_grow_the_most_promising_trial_where_the_predicted_speedup_pay
     assert sched.choose_trial_to_run(ctl) is strong
     assert strong.placement_group_factory.required_resources["GPU"] == 2
     assert linear.calls == 1  # predictions are asked once per GPU count
+
+
+@pytest.mark.parametrize(("step_s", "kept_for_growth"), [(1.0, True), (None, False)])
+def test_free_gpus_wait_for_growth_only_where_the_predicted_speedup_pays(
+    step_s, kept_for_growth
+) -> None:
+    # synthetic: perfect scaling, or none at all
+    table = ScalingTable({g: step_s or float(g) for g in (1, 2, 3, 4)})
+    sched, ctl = promoted_alone(60.0, table)
+    weak, strong, weakest = ctl.trials
+    strong.set_status(Trial.RUNNING)
+    chosen = sched.choose_trial_to_run(ctl)
+    assert chosen is (None if kept_for_growth else weak)  # next-best paused, else kept
+    assert weakest.status == Trial.PAUSED
 
 
 def test_no_growth_when_the_trial_finishes_by_the_deadline_anyway() -> None:

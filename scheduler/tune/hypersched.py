@@ -17,12 +17,17 @@ Decisions, all returned to Tune's controller (which acts on them):
   running trial, as many as perfcast's scaling predictions say get it furthest by the deadline
   after paying for the pause and restart (`ScalingAdvisor`); without a backend trials keep
   their size.
-- Exploitation: when nothing runs and nothing may start, the best paused trial resumes and
-  trains to `max_t` without rung pauses.
-- At the deadline every trial stops; the search also ends when a trial has trained to `max_t`
-  and nothing else is left to run.
-The clock starts when the first trial is added. `num_gpus` is the search's GPU budget: the
-scheduler never has trials holding more at once (pass logical GPUs on a CPU machine).
+- Exploitation: GPUs that nothing else wants (no pending or promotable trial, no predicted
+  growth of the most promising running trial) resume the next-best trial paused at a rung,
+  which then trains to `max_t` without rung pauses; one after another while time is left.
+- At the deadline every trial stops; the search ends earlier when nothing is left to run, or
+  when the time left is shorter than a restart plus one iteration.
+The deadline clock starts when the first trial process is running (or at `clock_start`): Ray
+starting trial processes can take minutes on a busy machine, and a clock started when Tune
+added the trials once ended a search before any trial had reported. For a hard wall-clock
+limit from the moment `Tuner.fit()` starts, pass `clock_start=time.monotonic()` (and Tune's
+`time_budget_s`). `num_gpus` is the search's GPU budget: the scheduler never has trials
+holding more at once (pass logical GPUs on a CPU machine).
 """
 
 from __future__ import annotations
@@ -57,7 +62,8 @@ class _TrialState:
     waiting: bool = False  # paused at a rung, not promotable when paused
     exploit: bool = False  # resumed to train to max_t without rung pauses
     resize_to: int | None = None
-    paused_at: float | None = None  # when a resize paused it (to measure restarts)
+    restart_from: float | None = None  # when its pause for a resize or resume began
+    t: float = 0.0  # its time attribute at the last result
 
 
 class HyperSched(TrialScheduler):
@@ -78,6 +84,7 @@ class HyperSched(TrialScheduler):
         gpus_per_node: int = 8,
         restart_s: float = 2.0,
         clock: Callable[[], float] = time.monotonic,
+        clock_start: float | None = None,
     ) -> None:
         super().__init__()
         if deadline_s <= 0:
@@ -101,7 +108,7 @@ class HyperSched(TrialScheduler):
         self.restart_s = restart_s
         self._restarts: list[float] = []
         self._clock = clock
-        self._start: float | None = None
+        self._start = clock_start  # None: set when the first trial process runs
         self._trials: dict[str, _TrialState] = {}
         # seconds per iteration at the base size: wall time between two results of a running
         # trial, and the trainable's own time (a lower bound, until wall times are known)
@@ -109,7 +116,6 @@ class HyperSched(TrialScheduler):
         self._base_compute_s: list[float] = []
         self._base_gpus: int | None = None
         self._over = False
-        self._trained_in_full = False  # some trial reached max_t
         self._supports_buffered_results = False  # every result is a decision point
 
     # -- Tune's search properties ------------------------------------------------------------
@@ -154,8 +160,6 @@ class HyperSched(TrialScheduler):
     # -- Tune hooks ------------------------------------------------------------------------------
 
     def on_trial_add(self, tune_controller: Any, trial: Trial) -> None:
-        if self._start is None:
-            self._start = self._clock()
         gpus = _gpus(trial)
         if self._base_gpus is None:
             self._base_gpus = gpus
@@ -167,11 +171,12 @@ class HyperSched(TrialScheduler):
 
     def on_trial_result(self, tune_controller: Any, trial: Trial, result: dict) -> str:
         state, now = self._trials[trial.trial_id], self._clock()
+        self._start_clock()
         state.ran = True
         compute = float(result.get("time_this_iter_s", 0.0))
-        if state.paused_at is not None:  # first result after a resize: measure the restart
-            self._restarts.append(max(now - state.paused_at - compute, 0.0))
-            state.paused_at = None
+        if state.restart_from is not None:  # first result after a restart: measure it
+            self._restarts.append(max(now - state.restart_from - compute, 0.0))
+            state.restart_from = None
         if state.last_seen is not None or compute > 0:
             # what the deadline sees is wall time; the trainable's own time is a lower bound
             wall = max(now - state.last_seen if state.last_seen is not None else 0.0, compute)
@@ -196,23 +201,20 @@ class HyperSched(TrialScheduler):
         if self.time_left() <= 0:
             self._over = True
             return TrialScheduler.STOP
-        t = float(result[self.time_attr])
+        t = state.t = float(result[self.time_attr])
         new_rungs = self.rungs.record(trial.trial_id, t, self._score(result))
         if t >= self.max_t:
-            self._trained_in_full = True
             return TrialScheduler.STOP
         if new_rungs and not state.exploit and not self.rungs.promotable(trial.trial_id):
             state.waiting = True
             return TrialScheduler.PAUSE
         target = self._resize_target(tune_controller, trial, t)
         if target != state.gpus:
-            state.resize_to, state.paused_at = target, self._clock()
+            state.resize_to, state.restart_from = target, self._clock()
             return TrialScheduler.PAUSE
         return TrialScheduler.CONTINUE
 
     def on_trial_complete(self, tune_controller: Any, trial: Trial, result: dict) -> None:
-        if result and float(result.get(self.time_attr, 0)) >= self.max_t:
-            self._trained_in_full = True
         self._trials.pop(trial.trial_id, None)
 
     def on_trial_error(self, tune_controller: Any, trial: Trial) -> None:
@@ -223,6 +225,8 @@ class HyperSched(TrialScheduler):
 
     def choose_trial_to_run(self, tune_controller: Any) -> Trial | None:
         trials = [t for t in tune_controller.get_trials() if t.trial_id in self._trials]
+        if any(t.status == Trial.RUNNING for t in trials):
+            self._start_clock()
         if self.time_left() <= 0:
             self._over = True
         if self._over:
@@ -242,23 +246,27 @@ class HyperSched(TrialScheduler):
             state = self._trials[trial.trial_id]
             if state.resize_to is not None and state.resize_to <= free:
                 return self._apply_resize(trial, state)
-        waiting = [t for t in paused if self._trials[t.trial_id].waiting]
-        promotable = [t for t in waiting if self.rungs.promotable(t.trial_id)]
-        for trial in sorted(promotable, key=self._promise, reverse=True):
-            if self._trials[trial.trial_id].gpus <= free:
-                self._trials[trial.trial_id].waiting = False
-                return trial
+        waiting = sorted(
+            (t for t in paused if self._trials[t.trial_id].waiting), key=self._promise, reverse=True
+        )
+        for trial in waiting:
+            if self.rungs.promotable(trial.trial_id) and self._trials[trial.trial_id].gpus <= free:
+                return self._resume(trial, exploit=False)
         pending = [t for t in trials if t.status == Trial.PENDING]
         if pending:
             return pending[0]
-        if any(t.status == Trial.RUNNING for t in trials) or self._search_may_add(tune_controller):
+        running = [t for t in trials if t.status == Trial.RUNNING]
+        if (self._search_may_add(tune_controller) and self.worth_starting()) or (
+            running and self._growth_wanted(tune_controller, running)
+        ):
+            return None  # the free GPUs go to new trials, or to growing the best trial
+        if waiting and self._resume_pays():
+            # capacity nobody else wants: the next-best paused trial trains on to max_t
+            for trial in waiting:
+                if self._trials[trial.trial_id].gpus <= free:
+                    return self._resume(trial, exploit=True)
+        if running or self._search_may_add(tune_controller):
             return None
-        if waiting and not self._trained_in_full:
-            # stuck: the time left trains the most promising paused trial in full
-            best = max(waiting, key=self._promise)
-            state = self._trials[best.trial_id]
-            state.waiting, state.exploit = False, True
-            return best
         self._over = True  # nothing left worth running: the search ends before the deadline
         self._stop(tune_controller, paused)
         return None
@@ -281,6 +289,30 @@ class HyperSched(TrialScheduler):
             or (t.status == Trial.PENDING and self._trials[t.trial_id].ran)
         )
         return self.num_gpus - held
+
+    def _start_clock(self) -> None:
+        if self._start is None:
+            self._start = self._clock()
+
+    def _restart_s(self) -> float:
+        return statistics.mean(self._restarts) if self._restarts else self.restart_s
+
+    def _resume_pays(self) -> bool:
+        """Whether a restart and one iteration of a paused trial fit in the time left."""
+        base = self._base_iteration() or 0.0
+        return self.time_left() > self._restart_s() + base
+
+    def _resume(self, trial: Trial, exploit: bool) -> Trial:
+        state = self._trials[trial.trial_id]
+        state.waiting, state.exploit = False, state.exploit or exploit
+        state.restart_from = self._clock()
+        return trial
+
+    def _growth_wanted(self, tune_controller: Any, running: list[Trial]) -> bool:
+        """Whether perfcast's predictions give free GPUs to the most promising running trial."""
+        best = max(running, key=self._promise)
+        state = self._trials[best.trial_id]
+        return self._resize_target(tune_controller, best, state.t) > state.gpus
 
     def _promise(self, trial: Trial) -> tuple[int, float]:
         return self.rungs.rung_of(trial.trial_id), self.rungs.score_of(trial.trial_id)
@@ -307,7 +339,7 @@ class HyperSched(TrialScheduler):
         if free <= 0 or max(running, key=self._promise) is not trial:
             return state.gpus
         most = min(self.max_gpus_per_trial, state.gpus + free)
-        restart = statistics.mean(self._restarts) if self._restarts else self.restart_s
+        restart = self._restart_s()
         return self.advisor.best_gpus(
             state.gpus,
             most,
