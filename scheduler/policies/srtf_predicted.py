@@ -1,43 +1,169 @@
-"""Shortest predicted remaining time first (QSSF-like, Helios SC'21; Salus's SRTF).
+"""Shortest predicted remaining time first (QSSF-like, Helios SC'21; Salus's SRTF), trusting a
+prediction only as far as its p10-p90 interval is narrow, else falling back to Tiresias.
 
-A job's remaining time is its predicted duration at its requested size (the `duration`
-predictor's p50) minus the time it has run. A job that outlives its p50 is counted against its
-p90, and one that outlives its p90 is in the tail the model did not foresee: its remaining time
-is taken as the time it has run (in a heavy-tailed workload the expected remaining time grows
-with age), so a long job mispredicted as short cannot hold the GPUs at top priority. Preemptive:
-a new arrival that is predicted shorter than a running job takes its GPUs. Ties go to the
-earlier submission.
+A job's predicted remaining time is its predicted duration (the `duration` predictor's p50)
+minus the time it has run; past its p50 it is counted against its p90, and past its p90 it is
+in the tail the model did not foresee, so its remaining time is taken as the time it has run.
+
+How far a prediction is trusted: a job's weight is `1 - width / spread`, clipped to [0, 1],
+where `width` is its interval's log(p90 / p10) and `spread` the 10th-90th percentile range of
+log durations over the population (an interval as wide as the whole population's range says
+nothing about the job). Both are checked against outcomes once `min_finished` jobs have
+finished: `spread` is then that of the finished jobs' run times, and every width is scaled up
+by how much wider the finished jobs' actual errors (the 10th-90th percentile range of
+log(run time / p50)) were than their predicted widths, and no width counts as narrower than
+that error range. A model whose p50s do not rank the finished jobs better than chance
+(Spearman's rank correlation, one-sided p < 0.01) gets weight 0 outright. Before `min_finished`
+jobs have finished the model's own account stands (`spread` from its p50s).
+
+Each job's priority is its rank among the active jobs under Tiresias's order (attained-service
+queue, then submission) and under predicted remaining time, mixed by its weight: weight 0 is
+Tiresias's order exactly (and its demotion rounds), weight 1 is SRTF's. Preemptive; ties go to
+the earlier submission.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
+from scipy.stats import spearmanr
 
 from perfcast.errors import PerfcastError
 from perfcast.scheduler.core.jobs import JobState
-from perfcast.scheduler.core.loop import RoundContext, Schedule, SchedulingPolicy
+from perfcast.scheduler.core.loop import RoundContext, Schedule
+from perfcast.scheduler.core.predictions import JobPredictor
 from perfcast.scheduler.policies import register
 from perfcast.scheduler.policies.common import priority_schedule
+from perfcast.scheduler.policies.tiresias import DEFAULT_THRESHOLDS, TiresiasPolicy
+
+_TINY = 1e-9
+SIGNIFICANCE = 0.01
+
+
+def log_range(values: np.ndarray) -> float:
+    """The 10th-90th percentile range of `values` (0 when there are none)."""
+    if len(values) == 0:
+        return 0.0
+    low, high = np.quantile(values, [0.1, 0.9])
+    return float(high - low)
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """The population's spread of log durations; how much wider than claimed the intervals
+    turned out (`scale`); the width no job's error is believed to be under (`floor`)."""
+
+    spread: float
+    scale: float = 1.0
+    floor: float = 0.0
+
+
+def ranks_better_than_chance(actual: np.ndarray, predicted: np.ndarray) -> bool:
+    """Whether `predicted` orders `actual` better than chance: Spearman's rank correlation
+    positive at one-sided p < 0.01 (a few dozen finished jobs can show 0.3 by luck)."""
+    if np.ptp(predicted) <= 0 or np.ptp(actual) <= 0:
+        return False
+    return bool(spearmanr(actual, predicted, alternative="greater").pvalue < SIGNIFICANCE)
+
+
+def trust_weights(widths: np.ndarray, calibration: Calibration) -> np.ndarray:
+    """Per-job weight of the prediction in [0, 1]: 1 - calibrated width / population spread."""
+    effective = np.maximum(widths * calibration.scale, calibration.floor)
+    if calibration.spread <= _TINY:
+        return np.where(effective <= _TINY, 1.0, 0.0)
+    return np.clip(1.0 - effective / calibration.spread, 0.0, 1.0)
+
+
+def predicted_remaining(intervals: np.ndarray, ran: np.ndarray) -> np.ndarray:
+    """Remaining run time from (p10, p50, p90) rows and the time each job has run."""
+    p50, p90 = intervals[:, 1], intervals[:, 2]
+    return np.where(ran < p50, p50 - ran, np.where(ran < p90, p90 - ran, ran))
+
+
+def blended_order(
+    tiresias_keys: np.ndarray, remaining: np.ndarray, weights: np.ndarray, submit: np.ndarray
+) -> np.ndarray:
+    """Indices by each job's weight-mixed rank under Tiresias's order (`tiresias_keys`, one
+    row per job: queue, submission) and under predicted remaining time."""
+    n = len(submit)
+    rank_t = np.empty(n)
+    rank_t[np.lexsort((submit, tiresias_keys))] = np.arange(n)
+    rank_s = np.empty(n)
+    rank_s[np.lexsort((submit, remaining))] = np.arange(n)
+    mixed = (1.0 - weights) * rank_t + weights * rank_s
+    return np.lexsort((submit, mixed))
 
 
 @register("srtf-predicted")
-class SrtfPredictedPolicy(SchedulingPolicy):
+class SrtfPredictedPolicy(TiresiasPolicy):
     needs_predictions = True
     prediction_tasks = ("duration",)
+
+    def __init__(
+        self,
+        thresholds: float | tuple[float, ...] = DEFAULT_THRESHOLDS,
+        min_finished: int = 20,
+    ) -> None:
+        super().__init__(thresholds)
+        if min_finished < 2:
+            raise PerfcastError(f"srtf-predicted: min_finished must be >= 2, got {min_finished}")
+        self.min_finished = int(min_finished)
+        self._active: set[str] = set()
+        # per finished job: log run time, log p50, log(p90 / p10)
+        self._outcomes: list[tuple[float, float, float]] = []
+        self._calibration: tuple[int, Calibration] | None = None  # (outcomes seen, result)
+
+    def _learn_from_finished(self, ctx: RoundContext, predictor: JobPredictor) -> None:
+        """Record the jobs that finished since the last round (they left the active set)."""
+        gone = [ctx.jobs[j] for j in sorted(self._active.difference(ctx.jobs.active))]
+        if gone:
+            p10, p50, p90 = predictor.duration_intervals([s.job for s in gone]).T
+            for state, low, mid, high in zip(gone, p10, p50, p90, strict=True):
+                # productive wall time: what the job's duration would be run alone
+                ran = state.run_time_s - state.overhead_gpu_s / max(state.job.num_gpus, 1)
+                self._outcomes.append(
+                    (np.log(max(ran, _TINY)), np.log(max(mid, _TINY)), _log_width(low, high))
+                )
+        self._active = set(ctx.jobs.active)
+
+    def calibration(self, intervals: np.ndarray) -> Calibration:
+        """How far to trust the predictions, from finished jobs (cached until another job
+        finishes), or from the model's own p50s (`intervals`: the active jobs') before
+        `min_finished` jobs have finished."""
+        if len(self._outcomes) < self.min_finished:
+            return Calibration(log_range(np.log(np.maximum(intervals[:, 1], _TINY))))
+        if self._calibration is None or self._calibration[0] != len(self._outcomes):
+            ran, p50, width = np.array(self._outcomes).T
+            claimed, actual = float(np.median(width)), log_range(ran - p50)
+            spread = log_range(ran)
+            # a model that does not rank finished jobs better than chance says nothing
+            floor = actual if ranks_better_than_chance(ran, p50) else max(actual, spread)
+            scale = max(1.0, actual / max(claimed, _TINY))
+            self._calibration = (len(self._outcomes), Calibration(spread, scale, floor))
+        return self._calibration[1]
 
     def schedule(self, ctx: RoundContext) -> Schedule:
         predictor = ctx.predictor
         if predictor is None:
             raise PerfcastError("srtf-predicted needs a prediction backend (--predictor)")
         predictor.durations([s.job for s in ctx.jobs.waiting()])  # new arrivals, one call
+        self._learn_from_finished(ctx, predictor)
+        now = ctx.now
 
         def order(states: Sequence[JobState]) -> list[JobState]:
-            _, p50, p90 = predictor.duration_intervals([s.job for s in states]).T
-            ran = np.array([s.run_time_at(ctx.now) for s in states])
-            remaining = np.where(ran < p50, p50 - ran, np.where(ran < p90, p90 - ran, ran))
+            intervals = predictor.duration_intervals([s.job for s in states])
+            ran = np.array([s.run_time_at(now) for s in states])
             submit = np.array([s.job.submit_time_s for s in states])
-            return [states[i] for i in np.lexsort((submit, remaining))]
+            queues = np.array([self.queue_of(s.attained_at(now)) for s in states])
+            widths = _log_width(intervals[:, 0], intervals[:, 2])
+            weights = trust_weights(widths, self.calibration(intervals))
+            picked = blended_order(queues, predicted_remaining(intervals, ran), weights, submit)
+            return [states[i] for i in picked]
 
         return priority_schedule(ctx, order)
+
+
+def _log_width(p10: np.ndarray | float, p90: np.ndarray | float) -> np.ndarray:
+    return np.log(np.maximum(p90, _TINY)) - np.log(np.maximum(p10, _TINY))
