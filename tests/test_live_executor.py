@@ -127,8 +127,11 @@ def test_migrate_continues_from_the_same_iteration(executor, reference):
     state.gpus = ((0, 0),)
     executor.apply([Migrate("m", ((0, 2),))], jobs, 1.0)
     _, second = launches(executor, "m")
-    moved_at = int(second.split("from iteration ")[1])
+    moved_at = int(second.split("from iteration ")[1].split()[0])
     assert "[(0, 2)]" in second and 30 <= moved_at < SPEC.iterations
+    assert "state handed over in memory" in second  # not read back from the file
+    # the durable checkpoint of that boundary is written too (for crashes)
+    assert moved_at in [c.iteration for c in executor.store.checkpoints("m")]
     assert executor.store.job("m").gpus == ((0, 2),)
     wait_finished(executor, "m")
     assert_bit_identical(final_state(executor, "m"), reference)

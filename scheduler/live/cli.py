@@ -1,19 +1,20 @@
 """`perfcast cluster|submit|jobs|job|run-trace`: live jobs on a Ray cluster.
 
 State (SQLite database and checkpoints) lives in `--state` (default `$PERFCAST_HOME/live`).
-`cluster up` starts a local Ray head (logical GPUs where there are none) or records the
-address of an existing cluster; the other commands connect to it. The scheduler itself runs
-inside `run-trace`: it drives the trace and every job sent with `submit`, and carries out the
-`job ...` commands queued in the state database.
+`cluster up` starts a local Ray head (logical GPUs where there are none; a token of its own)
+or records the address of an existing cluster, and starts the scheduler service
+(`cluster serve`) that runs every job sent with `submit` and carries out the `job ...`
+commands queued in the state database. `run-trace` replays a trace with a scheduler of its
+own. `cluster down` stops the service and the Ray processes `cluster up` started, no others.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
+import os
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -25,6 +26,16 @@ from rich.table import Table
 
 from perfcast.errors import PerfcastError
 from perfcast.paths import state_dir
+from perfcast.scheduler.live.local_cluster import ClusterError, LocalCluster, use_token
+from perfcast.scheduler.live.service import (
+    cluster_info,
+    mark_ready,
+    record_cluster,
+    service_process,
+    start_service,
+    stop_on_signals,
+    stop_service,
+)
 from perfcast.scheduler.live.spec import JobSpec, load_job
 
 if TYPE_CHECKING:
@@ -51,10 +62,6 @@ AddressOpt = Annotated[
 ]
 
 
-class ClusterError(PerfcastError):
-    """The Ray cluster cannot be started or reached."""
-
-
 def _state(state: Path | None) -> Path:
     path = state or state_dir() / "live"
     path.mkdir(parents=True, exist_ok=True)
@@ -67,27 +74,27 @@ def _store(state: Path | None) -> JobStore:
     return JobStore(_state(state) / "state.db")
 
 
-def _recorded_address(state: Path | None) -> str | None:
-    info = _state(state) / "cluster.json"
-    return json.loads(info.read_text())["address"] if info.is_file() else None
-
-
 def _connect(state: Path | None, address: str | None, num_gpus: int = 4) -> None:
-    """Connect to the cluster (given or recorded), else start a local one for this process."""
+    """Connect to the cluster (given or recorded; with the token `cluster up` recorded for
+    it), else start a local one for this process. The driver joins the namespace of this
+    state's scheduler (`worker_namespace`)."""
     import ray
 
-    from perfcast.scheduler.live.executor import DRIVER_NAMESPACE
+    from perfcast.scheduler.live.executor import worker_namespace
 
-    address = address or _recorded_address(state)
+    info = cluster_info(_state(state))
+    address = address or info.get("address")
+    namespace = worker_namespace(_store(state))
     try:
         if address:
-            ray.init(address=address, namespace=DRIVER_NAMESPACE, log_to_driver=False)
+            use_token(info.get("token_path") if address == info.get("address") else None)
+            ray.init(address=address, namespace=namespace, log_to_driver=False)
         else:
             ray.init(
                 address="local",  # not the latest `ray start` cluster of whoever started one
                 num_gpus=None if _has_cuda() else num_gpus,
                 include_dashboard=False,
-                namespace=DRIVER_NAMESPACE,
+                namespace=namespace,
                 log_to_driver=False,
             )
     except (ConnectionError, RuntimeError, ValueError) as err:
@@ -100,8 +107,7 @@ def _has_cuda() -> bool:
     return torch.cuda.is_available()
 
 
-def _ray_cli() -> str:
-    return str(Path(sys.executable).parent / "ray")
+PolicyOpt = Annotated[str, typer.Option(help="scheduling policy (see scheduler.policies)")]
 
 
 @cluster_app.command("up")
@@ -112,43 +118,113 @@ def cluster_up(
     ] = None,
     num_cpus: Annotated[int | None, typer.Option(help="CPUs to offer (default: all)")] = None,
     address: AddressOpt = None,
+    token_file: Annotated[
+        Path | None, typer.Option(help="with --address: that cluster's Ray auth token file")
+    ] = None,
+    policy: PolicyOpt = "fifo",
+    round_s: Annotated[float, typer.Option(help="seconds between scheduling rounds")] = 0.5,
+    scheduler: Annotated[
+        bool, typer.Option(help="start the scheduler service that runs submitted jobs")
+    ] = True,
     state: StateOpt = None,
 ) -> None:
-    """Start a local Ray head node, or record the address of an existing cluster."""
-    info = _state(state) / "cluster.json"
+    """Start a local Ray head (or record an existing cluster) and the scheduler service."""
+    from perfcast.scheduler.policies import make_policy
+
+    folder = _state(state)
+    running = service_process(folder)
+    if running:
+        raise ClusterError(f"{folder}: a scheduler service runs (pid {running.pid}); "
+                           "`perfcast cluster down` first")  # fmt: skip
+    make_policy(policy)  # an unknown policy: refused before anything starts
     if address is None:
         gpus = num_gpus if num_gpus is not None else (None if _has_cuda() else 4)
-        cmd = [_ray_cli(), "start", "--head", "--disable-usage-stats", "--include-dashboard=false"]
-        cmd += [f"--num-gpus={gpus}"] if gpus is not None else []
-        cmd += [f"--num-cpus={num_cpus}"] if num_cpus is not None else []
         with console.status("starting the Ray head node"):
-            done = subprocess.run(cmd, capture_output=True, text=True, check=False)
-        if done.returncode:
-            raise ClusterError(f"`ray start` failed:\n{done.stderr.strip()[-2000:]}")
-        import ray
-
-        ray.init(address="auto", log_to_driver=False)
-        address = ray.get_runtime_context().gcs_address
-        ray.shutdown()
-        started = True
+            local = LocalCluster.start(folder / "ray-auth-token", gpus, num_cpus)
+        info = {"address": local.address, "token_path": local.token_path, "local": asdict(local)}
     else:
-        _connect(state, address)
-        started = False
-    info.write_text(json.dumps({"address": address, "started_here": started}))
-    console.print(f"cluster at [bold]{address}[/] ({'started' if started else 'connected'})")
+        info = {"address": address, "token_path": str(token_file) if token_file else None}
+    record_cluster(folder, info)
+    console.print(
+        f"cluster at [bold]{info['address']}[/] ({'started' if address is None else 'recorded'})"
+    )
+    if scheduler:
+        with console.status("starting the scheduler service"):
+            pid = start_service(folder, policy, round_s)
+        console.print(
+            f"scheduler service ({policy}) running, pid {pid}; log {folder / 'scheduler.log'}"
+        )
+
+
+@cluster_app.command("add-node")
+def cluster_add_node(
+    num_gpus: Annotated[int | None, typer.Option(help="GPUs of the new node")] = None,
+    num_cpus: Annotated[int | None, typer.Option(help="CPUs of the new node")] = None,
+    state: StateOpt = None,
+) -> None:
+    """Start another raylet on this machine, joined to the head `cluster up` started (the
+    scheduler takes it in at its next round)."""
+    folder = _state(state)
+    info = cluster_info(folder)
+    if not info.get("local"):
+        raise ClusterError("no cluster started here: `perfcast cluster up` (without --address)")
+    local = LocalCluster(**info["local"])
+    gpus = num_gpus if num_gpus is not None else (None if _has_cuda() else 4)
+    with console.status("starting a raylet"):
+        local.add_node(gpus, num_cpus)
+    record_cluster(folder, {**info, "local": asdict(local)})
+    console.print(f"node {len(local.nodes)} of the cluster at {local.address} started")
 
 
 @cluster_app.command("down")
 def cluster_down(state: StateOpt = None) -> None:
-    """Stop the local Ray head that `cluster up` started (an external cluster is left alone).
-    It runs `ray stop`, which stops every local Ray instance of this user."""
-    info = _state(state) / "cluster.json"
-    if not info.is_file():
+    """Stop the scheduler service and the Ray processes `cluster up` started, and only
+    those (a cluster given with --address is left running)."""
+    folder = _state(state)
+    info = cluster_info(folder)
+    if not info:
         raise ClusterError("no cluster recorded: run `perfcast cluster up` first")
-    if json.loads(info.read_text()).get("started_here"):
-        subprocess.run([_ray_cli(), "stop"], capture_output=True, check=False)
-    info.unlink()
-    console.print("cluster down")
+    stopped = stop_service(folder)
+    console.print("scheduler service " + ("stopped" if stopped else "was not running"))
+    if info.get("local"):
+        ended = LocalCluster(**info["local"]).stop()
+        console.print(f"cluster down: {ended} Ray processes of {info['address']} ended")
+    else:
+        console.print(f"{info['address']} left running (not started by perfcast)")
+    (folder / "cluster.json").unlink()
+
+
+@cluster_app.command("serve")
+def cluster_serve(
+    policy: PolicyOpt = "fifo",
+    round_s: Annotated[float, typer.Option(help="seconds between scheduling rounds")] = 0.5,
+    slice_s: Annotated[float, typer.Option(help="time-slice length for shared GPUs")] = 0.2,
+    spares: Annotated[int, typer.Option(help="warm spare workers kept per node")] = 1,
+    state: StateOpt = None,
+) -> None:
+    """Run the scheduler service in the foreground until SIGTERM or Ctrl-C (`cluster up`
+    starts it in the background). A restarted service takes over the running jobs."""
+    import ray
+
+    from perfcast.scheduler.live.executor import RayExecutor
+    from perfcast.scheduler.live.runner import LiveRunner
+    from perfcast.scheduler.policies import make_policy
+
+    stopping = stop_on_signals()
+    folder = _state(state)
+    _connect(state, None)
+    store = _store(state)
+    executor = RayExecutor(store, folder / "checkpoints", slice_s=slice_s, spares_per_node=spares)
+    executor.warm_spares()
+    runner = LiveRunner(executor, store, make_policy(policy), round_s=round_s)
+    print(f"recovered: {runner.recover()}", flush=True)
+    runner.step()
+    mark_ready(folder, os.getpid())
+    print(f"serving {store.path} with {policy}", flush=True)
+    runner.serve(stopping)
+    executor.pool.shutdown()  # the spares; jobs' workers stay for the next service
+    ray.shutdown()
+    print("stopped", flush=True)
 
 
 @cluster_app.command("status")
@@ -179,7 +255,7 @@ def submit(
     ] = None,
     state: StateOpt = None,
 ) -> None:
-    """Queue a job; the running scheduler (`perfcast run-trace`) starts it."""
+    """Queue a job; the scheduler service (`perfcast cluster up`) starts it."""
     from perfcast.scheduler.live.runner import clock_now
 
     spec = load_job(job_file)
@@ -188,6 +264,9 @@ def submit(
     spec = spec.model_copy(update={"submit_time_s": clock_now(store)})
     store.add_job(job_id, spec.model_dump(), spec.submit_time_s)
     console.print(f"submitted [bold]{job_id}[/]")
+    if service_process(_state(state)) is None:
+        console.print("no scheduler service runs on this state yet: `perfcast cluster up` "
+                      "starts one")  # fmt: skip
 
 
 def _jobs_table(store: JobStore) -> Table:
@@ -368,6 +447,12 @@ def run_trace(
 
     entries = load_trace(trace, time_scale=time_scale, step_s=step_s)
     chosen = make_policy(policy)
+    running = service_process(_state(state))
+    if running:  # two schedulers on one state would fight over its jobs
+        raise ClusterError(
+            f"a scheduler service runs on this state (pid {running.pid}): "
+            "send it jobs with `perfcast submit`, or use another --state"
+        )
     _connect(state, address, num_gpus)
     store = _store(state)
     executor = RayExecutor(

@@ -34,12 +34,12 @@ from perfcast.scheduler.live.checkpoint import CheckpointError, CheckpointRef, l
 from perfcast.scheduler.live.gang import RPC_TIMEOUT_S, WorkerGang
 from perfcast.scheduler.live.nodes import ExecutorError, NodeView
 from perfcast.scheduler.live.pool import WorkerPool
+from perfcast.scheduler.live.reservations import GpuReservations
 from perfcast.scheduler.live.slicer import TimeSlicer
 from perfcast.scheduler.live.spec import JobSpec
 from perfcast.scheduler.live.store import JobStore
 from perfcast.scheduler.live.worker import Assignment
 
-DRIVER_NAMESPACE = "perfcast"  # the scheduler process's own; workers live in the store's
 _NAMESPACE_KEY = "ray_namespace"
 
 
@@ -112,8 +112,9 @@ class RayExecutor:
         self.store = store
         self.clock = clock  # the run's clock, for finish times
         self.checkpoint_dir = Path(checkpoint_dir)
-        self.nodes = NodeView()
         self.namespace = worker_namespace(store)
+        self.nodes = NodeView(store)
+        self.reservations = GpuReservations(self.nodes, self.namespace)
         self.pool = WorkerPool(self.nodes, self.namespace, spares_per_node, worker_threads)
         self.live: dict[str, WorkerGang] = {}
         self._reports: list[Report] = []  # found outside `poll`, returned by the next one
@@ -147,6 +148,7 @@ class RayExecutor:
                 return
             gang = self.live.get(job_id)
             if gang and gang.suspended and gang.gpus == gpus and gang.global_batch == batch:
+                self.reservations.reserve(job_id, gang.attempt, gpus)
                 gang.resume()
                 self.store.update_job(job_id, status="running", share=share)
                 self.store.log(job_id, "resume")
@@ -175,6 +177,7 @@ class RayExecutor:
             if not gang.suspended and not gang.suspend():  # it finished first: `poll` says so
                 self.store.log(job_id, "suspend", "too late: the job had finished")
                 return time.perf_counter() - start
+            self.reservations.release(job_id)  # its GPUs go to other jobs
             self.store.update_job(job_id, status="suspended")
             self.store.log(job_id, "suspend")
             return time.perf_counter() - start
@@ -184,6 +187,7 @@ class RayExecutor:
         with self.lock:
             gang = self._gang(job_id)
             start = time.perf_counter()
+            self.reservations.reserve(job_id, gang.attempt, gang.gpus)
             gang.resume()
             self.store.update_job(job_id, status="running", gpus=gang.gpus)
             self.store.log(job_id, "resume")
@@ -200,16 +204,26 @@ class RayExecutor:
             self.slicer.remove(job_id)
             start = time.perf_counter()
             gang = self._gang(job_id)
-            ahead = None
+            ahead, handed = None, None
             if not set(gpus) & set(gang.gpus):
-                gang.call("request_exit", why)
+                gang.call("request_exit", why, handoff=True)
                 ahead = self._launch(job_id, gpus, batch, None, pending=True)
+                # the state in memory, through the object store: the new workers restore it
+                # while the old rank 0 writes the durable checkpoint
+                handed = ray.get(gang.workers[0].handoff.remote(), timeout=RPC_TIMEOUT_S)
+                if handed:
+                    ahead.call("hand_over", None, state=handed)
             try:
                 outcomes = self._stop(gang, why)
-            except ExecutorError:
-                if ahead:
-                    self._call_off(ahead)
-                raise
+            except ExecutorError as err:
+                if not handed:
+                    if ahead:
+                        self._call_off(ahead)
+                    raise
+                # the new workers already run from the state handed over: only the durable
+                # checkpoint of this boundary is missing
+                self.store.log(job_id, "failure", f"checkpoint at the move: {err}")
+                outcomes = [{"status": "exited"}]
             if outcomes[0]["status"] == "finished":  # it finished first: nothing to move
                 if ahead:
                     self._call_off(ahead)
@@ -220,8 +234,9 @@ class RayExecutor:
             if ref is not None:
                 self.store.record_checkpoint(job_id, ref)
             if ahead:
-                ahead.call("hand_over", asdict(ref) if ref else None)
-                self._log_launch(ahead, ref)
+                if not handed:
+                    ahead.call("hand_over", asdict(ref) if ref else None)
+                self._log_launch(ahead, ref, "state handed over in memory" if handed else "")
             else:
                 self._launch(job_id, gpus, batch, ref)
             self.store.log(job_id, why, f"to {list(gpus)} batch {batch}")
@@ -233,6 +248,7 @@ class RayExecutor:
         with self.lock:
             self.slicer.remove(job_id)
             outcome = self._stop(self._gang(job_id), why)[0]
+            self.reservations.release(job_id)
             if outcome.get("last_checkpoint"):
                 self.store.record_checkpoint(job_id, CheckpointRef(**outcome["last_checkpoint"]))
             self.store.update_job(job_id, status="suspended", workers=())
@@ -323,6 +339,7 @@ class RayExecutor:
         return finished
 
     def _record_finished(self, gang: WorkerGang, outcome: dict[str, Any]) -> Finished:
+        self.reservations.release(gang.job_id)
         if outcome.get("last_checkpoint"):
             self.store.record_checkpoint(gang.job_id, CheckpointRef(**outcome["last_checkpoint"]))
         ended = outcome.get("ended_unix")  # when the loop ended: maybe while no scheduler ran
@@ -357,6 +374,7 @@ class RayExecutor:
         self.store.log(job_id, "failure", why[-500:])
         self.slicer.remove(job_id)
         self.live.pop(job_id)
+        self.reservations.release(job_id)  # reserved again when it restarts
         if reusable:
             self.pool.give_back(gang)
         else:
@@ -427,12 +445,17 @@ class RayExecutor:
         gang.joins = gang.send("join")
         with self.lock:
             self.live[job_id] = gang
+            self.reservations.adopt(job_id, record.attempt)
         self.store.log(job_id, "reattach", f"attempt {record.attempt}")
         return True
 
     def kill_orphans(self) -> int:
-        """Kill this scheduler's workers that no job in the store refers to (left by a crash)."""
-        return self.pool.kill_orphans(name for r in self.store.jobs() for name in r.workers)
+        """Kill this scheduler's workers that no job in the store refers to, and remove its
+        placement groups of attempts no job runs (left by a crash)."""
+        records = [r for r in self.store.jobs() if r.workers]
+        adoptable = [self.reservations.name(r.job_id, r.attempt) for r in records]
+        self.reservations.remove_orphans(adoptable)
+        return self.pool.kill_orphans(name for r in records for name in r.workers)
 
     def warm_spares(self) -> None:
         """Start the spare workers and wait until they are up, so the next launches skip
@@ -466,6 +489,7 @@ class RayExecutor:
             for gang in self.live.values():
                 gang.kill()
             self.live.clear()
+            self.reservations.release_all()
             self.pool.shutdown()
 
     # ---- internals -------------------------------------------------------------------------
@@ -500,12 +524,13 @@ class RayExecutor:
             raise ExecutorError(f"job {job_id}: a run needs at least one GPU")
         if batch % len(gpus):
             raise ExecutorError(f"job {job_id}: batch {batch} not divisible by {len(gpus)} GPUs")
+        attempt = record.attempt + 1
+        self.reservations.reserve(job_id, attempt, gpus)  # Ray sees the demand
         pairs = [self.pool.take(node) for node, _ in gpus]
         workers, names = [w for w, _ in pairs], [n for _, n in pairs]
         addr, port = ("", 0)
         if len(workers) > 1:
             addr, port = ray.get(workers[0].rendezvous.remote(), timeout=RPC_TIMEOUT_S)
-        attempt = record.attempt + 1
         gang = WorkerGang(job_id, spec, gpus, batch, attempt, workers, names)
         assignments = [
             Assignment(
@@ -535,9 +560,11 @@ class RayExecutor:
             self._log_launch(gang, ref)
         return gang
 
-    def _log_launch(self, gang: WorkerGang, ref: CheckpointRef | None) -> None:
+    def _log_launch(self, gang: WorkerGang, ref: CheckpointRef | None, how: str = "") -> None:
         where = f"from iteration {ref.iteration}" if ref else "from scratch"
-        detail = f"attempt {gang.attempt} on {list(gang.gpus)} {where}"
+        detail = f"attempt {gang.attempt} on {list(gang.gpus)} {where}" + (
+            f" ({how})" if how else ""
+        )
         self.store.log(gang.job_id, "launch", detail)
 
     def _call_off(self, ahead: WorkerGang) -> None:

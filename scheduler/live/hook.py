@@ -19,7 +19,9 @@ introspection the scheduler and the predictors read) and is the only place the s
 - suspend: the loop blocks inside `step` (on CUDA with one worker the model and optimizer are
   moved to host memory so the GPU is free) until `resume`;
 - exit (migrate, resize, stop): rank 0 writes a checkpoint at this iteration and `step`
-  returns False; new workers `restore` it on their node, at their size.
+  returns False; new workers `restore` it on their node, at their size. For a migration the
+  state is first handed to the new workers in memory (`publish`, through Ray's object store):
+  they restore it while rank 0 writes the durable checkpoint.
 Periodic checkpoints every `checkpoint_every` iterations bound the work a crash can lose.
 With several data-parallel workers, rank 0's pending command is broadcast at every boundary so
 all ranks act on the same iteration. When the scheduler runs the job at another global batch
@@ -31,7 +33,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from enum import IntEnum
 from pathlib import Path
@@ -120,6 +122,13 @@ class TrainingHook:
         # then waits for `hand_over` to say which checkpoint (or that the move is off).
         self._handed_over = threading.Event()
         self._cancelled = False
+        self._handed_state: dict[str, Any] | None = None  # given in memory, not by file
+        # Set by the worker: publishes rank 0's state at an exit boundary for a migration
+        # (`request_exit(handoff=True)`) and returns what the new workers fetch it by.
+        self.publish: Callable[[dict[str, Any]], Any] | None = None
+        self._handoff_wanted = False
+        self._handoff: Any = None
+        self._handoff_ready = threading.Event()  # published, or the loop ended without
         if not restore_pending:
             self._handed_over.set()
         self.status = HookStatus()
@@ -165,15 +174,19 @@ class TrainingHook:
             raise LaunchCancelled(f"job {self.job_id}: the move was called off")
         start = samples = 0
         saved_batch = self.spec.batch_size  # the learning rates in the user's code are for it
-        if self.restore_from is not None:
+        state, where = self._handed_state, "the state handed over"
+        self._handed_state = None
+        if state is None and self.restore_from is not None:
+            where = f"checkpoint {self.restore_from.path}"
             state = load_checkpoint(
                 self.restore_from.path, self.restore_from.sha256, map_location=str(self.device)
             )
+        if state is not None:
             _unwrap(model).load_state_dict(state["model"])
             optimizer.load_state_dict(state["optimizer"])
             missing = set(objects) - set(state.get("objects", {}))
             if missing:
-                raise KeyError(f"checkpoint {self.restore_from.path} has no {sorted(missing)}")
+                raise KeyError(f"{where} has no {sorted(missing)}")
             for name, obj in objects.items():
                 _load_into(obj, state["objects"][name])
             start, samples = int(state["iteration"]), int(state["samples_done"])
@@ -213,22 +226,38 @@ class TrainingHook:
             self._suspend_here()
             command = self._agree_on_command()  # resumed, or asked to exit while suspended
         if command is Command.EXIT or finished:
-            self._checkpoint(iteration)
+            state = self._state(iteration)
+            if self._handoff_wanted and not finished and state and self.publish:
+                self._handoff = self.publish(state)  # the new workers load this meanwhile
+            self._handoff_ready.set()
+            self._checkpoint(iteration, state)  # durable, for crashes
             self.status.exit_reason = "finished" if finished else self._pending_reason
             self.status.ended_unix = time.time()
             self.mark_ended()
             return False
         if iteration % self.spec.checkpoint_every == 0:
-            self._checkpoint(iteration)
+            self._checkpoint(iteration, self._state(iteration))
         self._last_boundary = time.perf_counter()
         return True
 
     # ---- control side (called from the worker's other threads) ----------------------------
-    def hand_over(self, restore_from: CheckpointRef | None, cancel: bool = False) -> None:
-        """The checkpoint a pending `restore` loads (None: start from scratch), or, with
-        `cancel`, that it must give up (the old workers finished or failed instead)."""
-        self.restore_from, self._cancelled = restore_from, cancel
+    def hand_over(
+        self,
+        restore_from: CheckpointRef | None,
+        cancel: bool = False,
+        state: dict[str, Any] | None = None,
+    ) -> None:
+        """What a pending `restore` loads: the `state` the old workers handed over in memory,
+        else the checkpoint `restore_from` (None: start from scratch); or, with `cancel`,
+        that it must give up (the old workers finished or failed instead)."""
+        self.restore_from, self._cancelled, self._handed_state = restore_from, cancel, state
         self._handed_over.set()
+
+    def handoff(self, timeout_s: float) -> Any:
+        """What rank 0 published at its exit boundary (`publish`'s answer); None if the loop
+        ended without publishing (it finished, failed, or was not asked to hand off)."""
+        self._handoff_ready.wait(timeout_s)
+        return self._handoff
 
     def request_suspend(self, timeout_s: float = 60.0, release_device: bool = True) -> bool:
         """Ask the loop to suspend at its next boundary and wait until it has. False if the
@@ -251,11 +280,13 @@ class TrainingHook:
             self._resumes = self._suspensions
             self._cond.notify_all()
 
-    def request_exit(self, reason: str) -> None:
+    def request_exit(self, reason: str, handoff: bool = False) -> None:
         """Checkpoint and leave the loop at the next boundary (migrate, resize, stop); a
-        suspended loop wakes up to do it."""
+        suspended loop wakes up to do it. With `handoff`, rank 0 also publishes its state
+        for the new workers before writing the checkpoint."""
         with self._cond:
             self._pending, self._pending_reason = Command.EXIT, reason
+            self._handoff_wanted = handoff
             self._resumes = self._suspensions
             self._cond.notify_all()
 
@@ -264,6 +295,7 @@ class TrainingHook:
         with self._cond:
             self._ended = True
             self._cond.notify_all()
+        self._handoff_ready.set()
 
     # ---- internals ------------------------------------------------------------------------
     def _record_step_time(self, elapsed: float) -> None:
@@ -308,10 +340,11 @@ class TrainingHook:
                 if isinstance(value, torch.Tensor):
                     per_param[key] = value.to(device)
 
-    def _checkpoint(self, iteration: int) -> None:
+    def _state(self, iteration: int) -> dict[str, Any] | None:
+        """Rank 0's whole training state at this boundary (other ranks: None)."""
         if self.rank != 0 or self._model is None or self._optimizer is None:
-            return
-        state = {
+            return None
+        return {
             "iteration": iteration,
             "samples_done": self.status.samples_done,
             "model": _unwrap(self._model).state_dict(),
@@ -319,6 +352,10 @@ class TrainingHook:
             "global_batch": self.global_batch,
             "objects": {name: _state_of(obj) for name, obj in self._objects.items()},
         }
+
+    def _checkpoint(self, iteration: int, state: dict[str, Any] | None) -> None:
+        if state is None:
+            return
         ref = save_checkpoint(checkpoint_path(self.checkpoint_dir, self.job_id, iteration), state)
         self.status.last_checkpoint = asdict(ref)
         self._prune(keep=ref.path)

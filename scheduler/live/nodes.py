@@ -1,56 +1,95 @@
 """The Ray cluster's nodes as the scheduler core sees them.
 
-Core node `i` is the i-th alive Ray node with GPU resources at the time the executor starts
-(sorted by node id), with as many GPUs as its Ray `GPU` resource says (logical GPUs on a
-machine without any, where jobs run on CPU). Whether a node is alive is asked of Ray each
+Core node `i` is the i-th Ray node with GPU resources that this scheduler state has seen (the
+head first), with as many GPUs as its Ray `GPU` resource says (logical GPUs on a machine
+without any, where jobs run on CPU). Nodes are discovered live: a raylet that joins later gets
+the next index (`NodeView.refresh`). The order is kept in the store, so a restarted scheduler
+gives every node the index its jobs' records use. Whether a node is alive is asked of Ray each
 time, never remembered.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import json
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
 
 import ray
 
 from perfcast.errors import PerfcastError
 from perfcast.scheduler.core.cluster import ClusterSpec, NodeGroup
 
+if TYPE_CHECKING:
+    from perfcast.scheduler.live.store import JobStore
+
+_NODES_KEY = "ray_nodes"
+
 
 class ExecutorError(PerfcastError):
     """The Ray cluster cannot carry out a decision (no such node, job unknown)."""
 
 
+@dataclass(frozen=True)
+class RayNode:
+    node_id: str
+    gpus: int
+    gpu_type: str
+
+
 def gpu_nodes() -> list[dict[str, Any]]:
-    """Alive Ray nodes with GPU resources, in the order that gives core node indices."""
+    """Alive Ray nodes with GPU resources, the head first."""
     nodes = [n for n in ray.nodes() if n["Alive"] and n["Resources"].get("GPU", 0) >= 1]
-    return sorted(nodes, key=lambda n: n["NodeID"])
+    return sorted(
+        nodes, key=lambda n: ("node:__internal_head__" not in n["Resources"], n["NodeID"])
+    )
 
 
-def cluster_spec_from_ray() -> ClusterSpec:
-    """The Ray cluster as a core `ClusterSpec`: one group per node, in core node order."""
-    groups = []
-    for node in gpu_nodes():
-        types = [k.split(":", 1)[1] for k in node["Resources"] if k.startswith("accelerator_type:")]
-        gpu_type = types[0].lower() if types else "logical"
-        groups.append(NodeGroup(1, int(node["Resources"]["GPU"]), gpu_type))
-    if not groups:
-        raise ExecutorError("the Ray cluster has no node with GPU resources (num_gpus)")
-    return ClusterSpec(tuple(groups))
+def _ray_node(entry: dict[str, Any]) -> RayNode:
+    res = entry["Resources"]
+    types = [k.split(":", 1)[1] for k in res if k.startswith("accelerator_type:")]
+    return RayNode(entry["NodeID"], int(res["GPU"]), types[0].lower() if types else "logical")
 
 
 class NodeView:
-    """Core node indices to Ray node ids, fixed when the executor starts."""
+    """Core node indices to Ray nodes: every GPU node seen so far, in the order first seen.
+    With a `store`, the order persists across scheduler restarts (a store written against
+    another cluster, whose nodes Ray has never heard of, starts afresh)."""
 
-    def __init__(self) -> None:
-        self.node_ids = [n["NodeID"] for n in gpu_nodes()]
+    def __init__(self, store: JobStore | None = None) -> None:
+        self._store = store
+        saved = json.loads(store.get_meta(_NODES_KEY) or "[]") if store else []
+        ever = {n["NodeID"] for n in ray.nodes()}
+        self.nodes = [RayNode(**n) for n in saved]
+        if not any(n.node_id in ever for n in self.nodes):
+            self.nodes = []
+        self.refresh()
+        if not self.nodes:
+            raise ExecutorError("the Ray cluster has no node with GPU resources (num_gpus)")
 
     def __len__(self) -> int:
-        return len(self.node_ids)
+        return len(self.nodes)
+
+    @property
+    def node_ids(self) -> list[str]:
+        return [n.node_id for n in self.nodes]
+
+    def refresh(self) -> list[int]:
+        """Take in the GPU nodes that joined since the last call; their new core indices."""
+        known = set(self.node_ids)
+        new = [_ray_node(n) for n in gpu_nodes() if n["NodeID"] not in known]
+        self.nodes += new
+        if new and self._store is not None:
+            self._store.set_meta(_NODES_KEY, json.dumps([asdict(n) for n in self.nodes]))
+        return list(range(len(self.nodes) - len(new), len(self.nodes)))
+
+    def cluster_spec(self) -> ClusterSpec:
+        """The nodes as a core `ClusterSpec`: one group per node, in core node order."""
+        return ClusterSpec(tuple(NodeGroup(1, n.gpus, n.gpu_type) for n in self.nodes))
 
     def ray_id(self, node: int) -> str:
-        if not 0 <= node < len(self.node_ids):
-            raise ExecutorError(f"no node {node}: the Ray cluster has {len(self.node_ids)}")
-        return self.node_ids[node]
+        if not 0 <= node < len(self.nodes):
+            raise ExecutorError(f"no node {node}: the Ray cluster has {len(self.nodes)}")
+        return self.nodes[node].node_id
 
     def all_alive(self, nodes: set[int]) -> bool:
         """Whether every core node in `nodes` is alive now (asked of Ray)."""

@@ -9,6 +9,7 @@ has its own namespace, so clean-up never touches another scheduler's workers.
 from __future__ import annotations
 
 import uuid
+from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -34,7 +35,7 @@ class WorkerPool:
     ) -> None:
         self.nodes, self.namespace = nodes, namespace
         self.spares_per_node, self.worker_threads = spares_per_node, worker_threads
-        self._spares: dict[int, list[Spare]] = {node: [] for node in range(len(nodes))}
+        self._spares: dict[int, list[Spare]] = defaultdict(list)  # core node -> its spares
 
     def take(self, node: int) -> tuple[Any, str]:
         """A worker on core node `node`: a spare whose process is up if there is one, else
@@ -51,7 +52,8 @@ class WorkerPool:
 
     def top_up(self) -> None:
         """Start (in the background) the spares needed to get back to `spares_per_node`."""
-        for node, spares in self._spares.items():
+        for node in range(len(self.nodes)):  # nodes that joined since get spares too
+            spares = self._spares[node]
             while len(spares) < self.spares_per_node:
                 worker, name = self._new_worker(node)
                 spares.append(Spare(worker, name, worker.info.remote()))

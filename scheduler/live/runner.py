@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,7 +23,6 @@ from perfcast.scheduler.core.decisions import Decision, Migrate, Resize, Run, Su
 from perfcast.scheduler.core.jobs import Job, JobStatus
 from perfcast.scheduler.core.loop import SchedulingLoop, SchedulingPolicy, apply_decision
 from perfcast.scheduler.live.executor import Failed, Finished, Lost, Progress, RayExecutor
-from perfcast.scheduler.live.nodes import cluster_spec_from_ray
 from perfcast.scheduler.live.spec import JobSpec
 from perfcast.scheduler.live.store import JobStore
 
@@ -86,7 +86,8 @@ class LiveRunner:
         round_s: float = 0.5,
     ) -> None:
         self.executor, self.store, self.round_s = executor, store, round_s
-        self.loop = SchedulingLoop(ClusterState(cluster_spec_from_ray()), policy, executor)
+        cluster = ClusterState(executor.nodes.cluster_spec())
+        self.loop = SchedulingLoop(cluster, policy, executor)
         self.clock_start = clock_start(store)  # a restarted scheduler keeps the run's clock
         executor.clock = self.now
 
@@ -139,6 +140,8 @@ class LiveRunner:
         ]
         if arrived:
             self.loop.submit(arrived, now)
+        if self.executor.nodes.refresh():
+            self._grow_cluster()
         self._operator_commands(now)
         self.loop.round(now)
         for report in self.executor.poll():
@@ -158,6 +161,18 @@ class LiveRunner:
                 apply_decision(Suspend(report.job_id), self.loop.cluster, self.loop.jobs, now)
             elif isinstance(report, Failed):  # given up: its GPUs go back, it is not run again
                 self.loop.job_finished(report.job_id, now)
+
+    def _grow_cluster(self) -> None:
+        """Nodes joined the Ray cluster: the core's cluster grows by them, every job keeping
+        the GPUs it holds (node indices never change)."""
+        old = self.loop.cluster
+        grown = ClusterState(self.executor.nodes.cluster_spec())
+        for node, gpus in enumerate(old.occupants):
+            for gpu, occupants in enumerate(gpus):
+                for job_id in occupants:
+                    grown.allocate(job_id, ((node, gpu),))
+        self.loop.cluster = grown
+        self.store.log(None, "nodes", f"the cluster has {grown.num_nodes} nodes")
 
     def _operator_commands(self, now: float) -> None:
         """Carry out `perfcast job ...` commands as decisions of this round. The policy may
@@ -217,6 +232,13 @@ class LiveRunner:
                 on_round(self)
             time.sleep(self.round_s)
         return self.summary()
+
+    def serve(self, stopping: threading.Event) -> None:
+        """Run rounds until `stopping` is set, whatever the jobs: the scheduler service,
+        which picks up every job `perfcast submit` adds to the store."""
+        while not stopping.is_set():
+            self.step()
+            stopping.wait(self.round_s)
 
     def summary(self) -> RunSummary:
         records = self.store.jobs()

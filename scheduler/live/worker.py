@@ -109,16 +109,31 @@ class TrainingWorker:
         if self._hook:
             self._hook.resume()
 
-    def request_exit(self, reason: str) -> None:
+    def request_exit(self, reason: str, handoff: bool = False) -> None:
         hook = self._wait_for_hook()
         if hook:
-            hook.request_exit(reason)
+            hook.request_exit(reason, handoff)
 
-    def hand_over(self, restore_from: dict[str, Any] | None, cancel: bool = False) -> None:
-        """Tell a worker started with `restore_pending` what to restore (or to give up)."""
+    def handoff(self, timeout_s: float = 120.0) -> list[Any] | None:
+        """After `request_exit(handoff=True)`: rank 0's state at its exit boundary, as a list
+        holding its ObjectRef (so Ray passes the reference, not the value); None if the loop
+        ended without one. The reference lives as long as this worker does."""
+        hook = self._wait_for_hook()
+        return hook.handoff(timeout_s) if hook else None
+
+    def hand_over(
+        self,
+        restore_from: dict[str, Any] | None,
+        cancel: bool = False,
+        state: list[Any] | None = None,
+    ) -> None:
+        """Tell a worker started with `restore_pending` what to restore (or to give up): the
+        state another worker published (fetched here, before this call returns, so that
+        worker may go once every new one has answered), else a checkpoint file."""
         hook = self._wait_for_hook()
         if hook:
-            hook.hand_over(CheckpointRef(**restore_from) if restore_from else None, cancel)
+            ref = CheckpointRef(**restore_from) if restore_from else None
+            hook.hand_over(ref, cancel, ray.get(state[0]) if state else None)
 
     def _wait_for_hook(self, timeout_s: float = 60.0) -> TrainingHook | None:
         """The hook of the running loop (it exists once the process group is up)."""
@@ -155,6 +170,7 @@ class TrainingWorker:
                 restore_from=restore,
                 restore_pending=a.restore_pending,
             )
+            hook.publish = lambda state: [ray.put(state)]  # owned by this worker
             self._hook = hook
             module_name, func_name = spec.entrypoint.split(":")
             getattr(importlib.import_module(module_name), func_name)(a.job_id, spec, hook)

@@ -1,0 +1,143 @@
+"""Two raylets on this one machine, started the way `perfcast cluster up` starts them (a head
+with its own token, a second raylet joined with `ray start --address`, other logical
+resources): the second node is discovered live, its GPUs are reserved in Ray through
+placement groups, a job spans both nodes, and a migration moves a job from one to the other.
+One cluster for the module (it costs two `ray start`s)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+import ray
+from ray._raylet import AuthenticationTokenLoader, Config
+from ray.util import placement_group, placement_group_table, remove_placement_group
+
+from perfcast.scheduler.live.checkpoint import latest_checkpoint, load_checkpoint
+from perfcast.scheduler.live.executor import Finished, RayExecutor
+from perfcast.scheduler.live.hook import TrainingHook
+from perfcast.scheduler.live.local_cluster import LocalCluster, use_token, wait_for_nodes
+from perfcast.scheduler.live.nodes import ExecutorError
+from perfcast.scheduler.live.runner import LiveRunner
+from perfcast.scheduler.live.spec import JobSpec
+from perfcast.scheduler.live.store import JobStore
+from perfcast.scheduler.live.training import train
+from perfcast.scheduler.policies import make_policy
+
+SPEC = JobSpec(name="t", iterations=80, width=64, batch_size=32, checkpoint_every=20,
+               min_step_time_s=0.01, config={"lr_step_every": 25})  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """A head node (2 logical GPUs); the test adds the second raylet itself."""
+    saved = {k: os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH")}
+    local = LocalCluster.start(tmp_path_factory.mktemp("cluster") / "token", 2, num_cpus=2)
+    try:
+        use_token(local.token_path)
+        ray.init(address=local.address, namespace="perfcast-multinode", log_to_driver=False)
+        yield local
+    finally:
+        ray.shutdown()
+        local.stop()
+        for key, value in saved.items():  # the next module's local cluster: Ray's defaults
+            os.environ.pop(key, None) if value is None else os.environ.update({key: value})
+        Config.initialize("")  # Ray re-reads the mode, as `use_token` made it do
+        AuthenticationTokenLoader.instance().reset_cache()
+
+
+@pytest.fixture(scope="module")
+def executor(cluster, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("live")
+    store = JobStore(tmp / "state.db")
+    ex = RayExecutor(store, tmp / "ckpt")
+    yield ex
+    ex.shutdown()
+    store.close()
+
+
+@pytest.fixture(scope="module")
+def runner(cluster, executor):
+    """A scheduler that started on the head alone; the second raylet joins after."""
+    runner = LiveRunner(executor, executor.store, make_policy("fifo"), round_s=0.1)
+    assert len(executor.nodes) == 1 and runner.loop.cluster.num_nodes == 1
+    cluster.add_node(2, num_cpus=1, resources={"second_raylet": 1})
+    wait_for_nodes(2)
+    runner.step()  # discovers the new node
+    return runner
+
+
+def groups() -> dict[str, dict]:
+    """Ray's placement groups by name (removed ones left out)."""
+    return {v["name"]: v for v in placement_group_table().values() if v["state"] != "REMOVED"}
+
+
+def worker_nodes(ex: RayExecutor, job_id: str) -> list[str]:
+    return [ray.get(w.info.remote())["node_id"] for w in ex.live[job_id].workers]
+
+
+def wait_finished(ex: RayExecutor, job_ids: set[str], timeout_s: float = 120) -> None:
+    done: set[str] = set()
+    deadline = time.monotonic() + timeout_s
+    while done != job_ids and time.monotonic() < deadline:
+        done |= {r.job_id for r in ex.poll() if isinstance(r, Finished)}
+        time.sleep(0.05)
+    assert done == job_ids
+
+
+def test_jobs_across_two_raylets_reserve_their_gpus_and_migrate(runner, executor, tmp_path):
+    # the raylet that joined is the core's node 1: the cluster grew, node 0 kept its index
+    assert runner.loop.cluster.num_nodes == 2 and runner.loop.cluster.total_gpus == 4
+    head, second = executor.nodes.node_ids
+    assert "second_raylet" in next(n for n in ray.nodes() if n["NodeID"] == second)["Resources"]
+
+    for job_id in ("wide", "solo"):
+        executor.store.add_job(job_id, SPEC.model_dump(), 0.0)
+    executor.run("wide", ((0, 0), (1, 0)), 32, "exclusive")  # one worker per raylet, gloo
+    executor.run("solo", ((1, 1),), 32, "exclusive")
+    assert worker_nodes(executor, "wide") == [head, second]
+    assert worker_nodes(executor, "solo") == [second]
+    by_name = groups()
+    wide = by_name[f"{executor.namespace}/wide/1/0:0,1:0"]
+    solo = by_name[f"{executor.namespace}/solo/1/1:1"]
+    assert wide["strategy"] == "SPREAD" and solo["strategy"] == "STRICT_PACK"
+    assert list(wide["bundles_to_node_id"].values()) == [head, second]
+    assert list(solo["bundles_to_node_id"].values()) == [second]
+    assert ray.available_resources().get("GPU", 0) == 1  # Ray sees 3 of 4 GPUs reserved
+
+    executor.wait_until("solo", 25)
+    executor.relaunch("solo", ((0, 1),), 32, "migrate")  # second raylet -> head
+    assert worker_nodes(executor, "solo") == [head]
+    moved = groups()
+    assert f"{executor.namespace}/solo/2/0:1" in moved
+    assert f"{executor.namespace}/solo/1/1:1" not in moved  # the old GPU went back to Ray
+    wait_finished(executor, {"wide", "solo"})
+    assert not [n for n in groups() if n.startswith(executor.namespace)]  # all given back
+
+    # the migrated run ends where an uninterrupted run ends, bit for bit
+    train("ref", SPEC, TrainingHook("ref", SPEC, checkpoint_dir=tmp_path))
+    ours = latest_checkpoint(executor.checkpoint_dir, "solo")
+    ref = latest_checkpoint(tmp_path, "ref")
+    a, b = load_checkpoint(ours.path, ours.sha256), load_checkpoint(ref.path, ref.sha256)
+    assert a["iteration"] == b["iteration"] == SPEC.iterations
+    assert all((a["model"][k] == b["model"][k]).all() for k in b["model"])
+
+
+def test_gpus_held_outside_the_scheduler_are_refused_with_the_pending_demand_removed(
+    runner, executor
+):
+    """A GPU Ray has given to someone else cannot be reserved: the launch fails with a clear
+    error after the timeout instead of running on a GPU it does not hold."""
+    on_second = [{"ray.io/node-id": executor.nodes.ray_id(1)}]
+    outsider = placement_group([{"GPU": 2}], bundle_label_selector=on_second)
+    ray.get(outsider.ready(), timeout=30)
+    executor.reservations.reserve_timeout_s = 2.0
+    executor.store.add_job("blocked", SPEC.model_dump(), 0.0)
+    try:
+        with pytest.raises(ExecutorError, match=r"could not reserve GPUs \[\(1, 0\)\]"):
+            executor.run("blocked", ((1, 0),), 32, "exclusive")
+        assert not [n for n in groups() if "/blocked/" in n]
+        assert "blocked" not in executor.live
+    finally:
+        remove_placement_group(outsider)
