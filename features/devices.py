@@ -70,6 +70,7 @@ _PATTERNS: list[tuple[str, str]] = [
 ]
 
 
+@functools.lru_cache(maxsize=4096)
 def canonical_device(name: str) -> str:
     """Map a device name as datasets write it (`Tesla_V100-PCIE-32GB`, `v100`) to a key of
     DEVICES, or return the lower-cased name when unknown."""
@@ -181,6 +182,14 @@ INTERCONNECTS: dict[tuple[str, str | None], Interconnect] = {
 }
 
 
+def interconnect_of(gpu_type: str, cluster: str | None) -> tuple[float, float]:
+    """(intra_node_bw_gbps, inter_node_bw_gbps) of INTERCONNECTS at (gpu_type, cluster), else
+    at (gpu_type, None); NaN where nothing is known."""
+    name = canonical_device(gpu_type)
+    found = INTERCONNECTS.get((name, cluster or None)) or INTERCONNECTS.get((name, None))
+    return (found.intra_node_bw_gbps, found.inter_node_bw_gbps) if found else (np.nan, np.nan)
+
+
 def interconnect_frame(rows: pd.DataFrame) -> pd.DataFrame:
     """`intra_node_bw_gbps`, `inter_node_bw_gbps` for each row: the row's own values where
     given, else INTERCONNECTS at (gpu_type, cluster), else at (gpu_type, None); NaN where
@@ -188,13 +197,8 @@ def interconnect_frame(rows: pd.DataFrame) -> pd.DataFrame:
     clusters = rows["cluster"] if "cluster" in rows.columns else pd.Series("", index=rows.index)
     pairs = rows["gpu_type"].astype(str) + "\x00" + clusters.fillna("").astype(str)
     codes, distinct = pd.factorize(pairs)  # a batch of candidates has few distinct pairs
-    facts = np.full((len(distinct), 2), np.nan)
-    for i, pair in enumerate(distinct):
-        gpu, cluster = pair.split("\x00")
-        name = canonical_device(gpu)
-        found = INTERCONNECTS.get((name, cluster or None)) or INTERCONNECTS.get((name, None))
-        if found:
-            facts[i] = (found.intra_node_bw_gbps, found.inter_node_bw_gbps)
+    facts = np.array([interconnect_of(*pair.split("\x00")) for pair in distinct], dtype=float)
+    facts = facts.reshape(-1, len(INTERCONNECT_COLUMNS))
     out = pd.DataFrame(facts[codes], index=rows.index, columns=list(INTERCONNECT_COLUMNS))
     for column in INTERCONNECT_COLUMNS:
         if column in rows.columns:

@@ -22,6 +22,7 @@ the view of a GPU known only from its one-GPU rows; predictors train on both vie
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Self
 
 import numpy as np
@@ -171,7 +172,11 @@ class ScalingFeatures:
             strict=True,
         )
         moved = np.array([self._gradient_bytes(*key) for key in keys], dtype=float)[codes]
-        return np.where(seconds_per_byte == 0, 0.0, moved * seconds_per_byte)
+        return sync_seconds(moved, seconds_per_byte)
+
+    def gradient_bytes(self, job: str, multi_node: bool, gpu: str, nominal: float) -> float:
+        """One row's effective gradient bytes (what `comm_seconds` moves over its links)."""
+        return self._gradient_bytes(job, multi_node, gpu, nominal)
 
     def uncharted(self, rows: pd.DataFrame) -> np.ndarray:
         """Multi-GPU rows whose job was never measured on more than one GPU of their type in
@@ -198,6 +203,17 @@ class ScalingFeatures:
         codes, first = distinct_groups([*columns, single])
         keys = zip(*(c.to_numpy()[first] for c in columns), single[first], strict=True)
         return np.array([self._t1(*key) for key in keys], dtype=float)[codes]
+
+    def one_gpu_time(self, job: str, gpu: str, bsz: float, single: bool) -> float:
+        """One row's `t1` (as `lookups` finds it)."""
+        return self._t1(job, gpu, bsz, single)
+
+    def overheads(self, config: tuple, gpu: str, bsz: float) -> tuple[float, float, float]:
+        """One row's (same, cross, log_t1_ref) as `lookups` finds them: NaN unless the row
+        uses several GPUs in a configuration (job, GPUs, nodes, GPUs per node) measured."""
+        if config[1] > 1 and config in self.sync_:
+            return self._overheads(config, gpu, float(bsz))
+        return (np.nan, np.nan, np.nan)
 
     def _overheads(self, config: tuple, gpu: str, bsz: float) -> tuple[float, float, float]:
         """(same, cross, log_t1_ref) for one measured configuration: the overhead on the same
@@ -242,49 +258,89 @@ class ScalingFeatures:
     ) -> tuple[pd.DataFrame, np.ndarray]:
         rows = fill_specs(rows.assign(gpus_per_node=gpus_per_node_of(rows)), "gpu_type")
         found = self.lookups(rows)
-        t1 = found["t1"].to_numpy()
-        same = np.full(len(rows), np.nan) if new_gpu else found["same"].to_numpy()
-        cross = found["cross"].to_numpy()
-        comm = self.comm_seconds(rows)
-        # the same GPU's measured overhead, else the communication model, else the overhead
-        # of the same configuration on other GPU types as is, else none (perfect scaling)
-        overhead = np.where(np.isfinite(comm), comm, cross)
-        overhead = np.clip(np.where(np.isfinite(same), same, overhead), 0, None)
-        base = t1 + np.nan_to_num(overhead)
-        gpus = rows["num_gpus"].to_numpy(dtype=float)
-        nodes = rows["num_nodes"].to_numpy(dtype=float)
-        bsz = rows["local_batch_size"].to_numpy(dtype=float)
-        columns = {
-            "log_num_gpus": np.log2(gpus),
-            "num_nodes": nodes,
-            "gpus_per_node": rows["gpus_per_node"].to_numpy(dtype=float),
-            "multi_node": (nodes > 1).astype(float),
-            "log_local_bsz": np.log2(bsz),
-            "log_global_bsz": np.log2(bsz * gpus),
-            "log_t1": np.log(t1),
-            "log_overhead_ratio": np.log1p(overhead / t1),
-            "has_overhead": np.isfinite(overhead).astype(float),
-            "overhead_from_other_gpu": (~np.isfinite(same) & np.isfinite(cross)).astype(float),
-            "overhead_from_comm_model": (~np.isfinite(same) & np.isfinite(comm)).astype(float),
-            "log_comm_ratio": np.log1p(comm / t1),
-            "log_t1_vs_ref": np.log(t1) - found["log_t1_ref"].to_numpy(),
-        }
-        for column in SPEC_COLUMNS:
-            columns[column] = np.log(rows[column].to_numpy(dtype=float))
-        columns["amp"] = (
-            rows["amp"].astype("Float64").to_numpy(dtype=float, na_value=np.nan)
+        optional = {
+            "amp": rows["amp"].astype("Float64").to_numpy(dtype=float, na_value=np.nan)
             if "amp" in rows
-            else np.full(len(rows), np.nan)
+            else None,
+            **{c: rows[c].to_numpy(dtype=float) if c in rows else None for c in OPTIONAL_NUMBERS},
+        }
+        inputs = DesignInputs(
+            num_gpus=rows["num_gpus"].to_numpy(dtype=float),
+            num_nodes=rows["num_nodes"].to_numpy(dtype=float),
+            gpus_per_node=rows["gpus_per_node"].to_numpy(dtype=float),
+            local_batch_size=rows["local_batch_size"].to_numpy(dtype=float),
+            t1=found["t1"].to_numpy(),
+            same=np.full(len(rows), np.nan) if new_gpu else found["same"].to_numpy(),
+            cross=found["cross"].to_numpy(),
+            log_t1_ref=found["log_t1_ref"].to_numpy(),
+            comm=self.comm_seconds(rows),
+            specs={c: rows[c].to_numpy(dtype=float) for c in SPEC_COLUMNS},
+            **optional,
         )
-        for column in ("params_m", "gflops_per_sample"):
-            columns[f"log_{column}"] = (
-                np.log1p(rows[column].to_numpy(dtype=float))
-                if column in rows
-                else np.full(len(rows), np.nan)
-            )
-        X = pd.DataFrame(columns, index=rows.index)
-        X["job"] = pd.Categorical(rows["job"], categories=self.jobs_)
-        return X, np.log(base)
+        return design(inputs, rows["job"], self.jobs_, rows.index)
+
+
+OPTIONAL_NUMBERS = ("params_m", "gflops_per_sample")
+
+
+@dataclass(frozen=True)
+class DesignInputs:
+    """What the features of n rows are computed from, one float array each: the rows' own
+    numbers, the fitted lookups (one-GPU time, overheads, communication time) and the device
+    specs; `amp`, `params_m`, `gflops_per_sample` None where the rows do not carry them."""
+
+    num_gpus: np.ndarray
+    num_nodes: np.ndarray
+    gpus_per_node: np.ndarray
+    local_batch_size: np.ndarray
+    t1: np.ndarray
+    same: np.ndarray
+    cross: np.ndarray
+    log_t1_ref: np.ndarray
+    comm: np.ndarray
+    specs: dict[str, np.ndarray]
+    amp: np.ndarray | None = None
+    params_m: np.ndarray | None = None
+    gflops_per_sample: np.ndarray | None = None
+
+
+def design(
+    inputs: DesignInputs, jobs, categories: pd.Index, index: pd.Index
+) -> tuple[pd.DataFrame, np.ndarray]:
+    """The feature frame and log base of `ScalingFeatures.transform`, from its inputs: the one
+    home of the arithmetic, whichever way the inputs were looked up."""
+    t1, same, cross, comm = inputs.t1, inputs.same, inputs.cross, inputs.comm
+    # the same GPU's measured overhead, else the communication model, else the overhead
+    # of the same configuration on other GPU types as is, else none (perfect scaling)
+    overhead = np.where(np.isfinite(comm), comm, cross)
+    overhead = np.clip(np.where(np.isfinite(same), same, overhead), 0, None)
+    base = t1 + np.nan_to_num(overhead)
+    gpus, nodes, bsz = inputs.num_gpus, inputs.num_nodes, inputs.local_batch_size
+    missing = np.full(len(t1), np.nan)
+    columns = {
+        "log_num_gpus": np.log2(gpus),
+        "num_nodes": nodes,
+        "gpus_per_node": inputs.gpus_per_node,
+        "multi_node": (nodes > 1).astype(float),
+        "log_local_bsz": np.log2(bsz),
+        "log_global_bsz": np.log2(bsz * gpus),
+        "log_t1": np.log(t1),
+        "log_overhead_ratio": np.log1p(overhead / t1),
+        "has_overhead": np.isfinite(overhead).astype(float),
+        "overhead_from_other_gpu": (~np.isfinite(same) & np.isfinite(cross)).astype(float),
+        "overhead_from_comm_model": (~np.isfinite(same) & np.isfinite(comm)).astype(float),
+        "log_comm_ratio": np.log1p(comm / t1),
+        "log_t1_vs_ref": np.log(t1) - inputs.log_t1_ref,
+    }
+    for column in SPEC_COLUMNS:
+        columns[column] = np.log(inputs.specs[column])
+    columns["amp"] = missing if inputs.amp is None else inputs.amp
+    for column in OPTIONAL_NUMBERS:
+        values = getattr(inputs, column)
+        columns[f"log_{column}"] = missing if values is None else np.log1p(values)
+    X = pd.DataFrame(columns, index=index)
+    X["job"] = pd.Categorical(jobs, categories=categories)
+    return X, np.log(base)
 
 
 def nominal_gradient_bytes(rows: pd.DataFrame) -> np.ndarray:
@@ -301,11 +357,25 @@ def ring_seconds_per_byte(rows: pd.DataFrame) -> np.ndarray:
     slowest link of the ring, the intra-node link on one node, the network (or the intra-node
     link, if slower) across nodes; 0 on one GPU, NaN where the links are unknown."""
     links = interconnect_frame(rows)
-    intra = links["intra_node_bw_gbps"].to_numpy()
-    inter = np.fmin(intra, links["inter_node_bw_gbps"].to_numpy())
-    link = np.where(rows["num_nodes"].to_numpy() > 1, inter, intra) * 1e9
-    n = rows["num_gpus"].to_numpy(dtype=float)
-    return np.where(n > 1, 2 * (n - 1) / n / link, 0.0)
+    return ring_time_per_byte(
+        links["intra_node_bw_gbps"].to_numpy(),
+        links["inter_node_bw_gbps"].to_numpy(),
+        rows["num_nodes"].to_numpy(),
+        rows["num_gpus"].to_numpy(dtype=float),
+    )
+
+
+def ring_time_per_byte(
+    intra: np.ndarray, inter: np.ndarray, nodes: np.ndarray, gpus: np.ndarray
+) -> np.ndarray:
+    """`ring_seconds_per_byte` from the links' GB/s and the rows' nodes and GPUs."""
+    link = np.where(nodes > 1, np.fmin(intra, inter), intra) * 1e9
+    return np.where(gpus > 1, 2 * (gpus - 1) / gpus / link, 0.0)
+
+
+def sync_seconds(moved: np.ndarray, seconds_per_byte: np.ndarray) -> np.ndarray:
+    """Synchronization time of `moved` effective bytes (0 on one GPU, NaN where unknown)."""
+    return np.where(seconds_per_byte == 0, 0.0, moved * seconds_per_byte)
 
 
 def distinct_groups(columns: list) -> tuple[np.ndarray, np.ndarray]:

@@ -21,7 +21,7 @@ from perfcast.errors import ContractError
 # The shape of the predictors' learned state. Bump it whenever a change to a predictor or its
 # features would make a model saved by an earlier perfcast unreadable or wrong: champions saved
 # in another format are not loaded (training/model_store.py), and the next training replaces them.
-MODEL_FORMAT = 7  # 7: interference, duration and runtime (5-6: scaling) learn new state
+MODEL_FORMAT = 8  # 8: scaling learns a new-cluster blend; 7: interference, duration, runtime
 
 # What a model knows of a prediction row: `predict_interval` frames carry a string column
 # `flags`, comma-separated tokens from this vocabulary in this order ("" when none), and the

@@ -11,7 +11,9 @@ from sklearn.base import clone
 from perfcast.features.devices import interconnect_frame, spec_frame
 from perfcast.features.scaling import ScalingFeatures, distinct_groups, gpus_per_node_of
 from perfcast.predictor.base import TaskPredictor, flags_column, interval_frame
-from perfcast.predictor.regressors import conformal_margin, make_regressor
+from perfcast.predictor.regressors import make_regressor
+from perfcast.predictor.scaling_calibration import HeldOutCluster, NewClusterBlend, calibrate
+from perfcast.predictor.scaling_fast import FEW_ROWS, few_row_design, few_row_flags
 
 # p90/p50 and p50/p10 at least this on rows of a job or GPU type never seen: nothing measured
 # calibrates them, and a narrow interval there would claim knowledge the model lacks
@@ -40,12 +42,12 @@ class ScalingPredictor(TaskPredictor):
         X, log_base, log_y = _design(self.features_, rows)
         has_base = np.isfinite(log_base)
         self.ratio_model_ = None
-        self.new_gpu_margin_ = None
-        self.new_gpu_shrink_ = 1.0
+        self.new_cluster_blend_: NewClusterBlend | None = None
         if has_base.sum() >= 8:
             self.ratio_model_ = make_regressor(self.model, random_state=self.random_state)
             self.ratio_model_.fit(X[has_base], log_y[has_base] - log_base[has_base])
-            self.new_gpu_shrink_, self.new_gpu_margin_ = self._new_gpu_calibration(rows)
+            folds = self._held_out_clusters(rows)
+            self.new_cluster_blend_ = calibrate(folds) if folds else None
         self.direct_model_ = make_regressor(self.model, random_state=self.random_state)
         self.direct_model_.fit(X, log_y)
         self._fit_coverage(rows)
@@ -65,19 +67,18 @@ class ScalingPredictor(TaskPredictor):
         batches = rows.groupby(["job", "gpu_type"])["local_batch_size"].agg(["min", "max"])
         self.batch_range_ = {key: (lo, hi) for key, lo, hi in batches.itertuples(name=None)}
 
-    def _new_gpu_calibration(self, rows: pd.DataFrame) -> tuple[float, float | None]:
-        """(shrink, margin) for the rows a new GPU presents (`ScalingFeatures.uncharted`).
-        Random folds calibrate p10/p90 on errors of GPUs the model knows, which are smaller:
-        here each GPU type's multi-GPU rows are held out in turn (their one-GPU rows kept) and
-        predicted by an uncalibrated model. `shrink` scales the model's correction of the
-        physical base there (0: the base as is, 1: the full correction), the grid value with
-        the lowest error averaged over the held-out GPU types (each weighs the same: one
-        cluster's thousands of rows must not decide alone); the margin is what makes p10-p90
-        of the shrunk correction cover 80% of those errors."""
-        folds = []
+    def _held_out_clusters(self, rows: pd.DataFrame) -> list[HeldOutCluster]:
+        """The calibration folds of `scaling_calibration`, for the rows a new cluster or GPU
+        presents (`ScalingFeatures.uncharted`): each cluster's multi-GPU rows (each GPU
+        type's, for rows naming no cluster) held out in turn, their one-GPU rows kept, and
+        predicted by an uncalibrated correction model fitted without them."""
+        groups = rows["gpu_type"].astype(str)
+        if "cluster" in rows.columns:
+            groups = rows["cluster"].astype("string").fillna(groups).astype(str)
         multi = (rows["num_gpus"] > 1).to_numpy()
-        for gpu in rows["gpu_type"].unique():
-            held = multi & (rows["gpu_type"] == gpu).to_numpy()
+        folds = []
+        for group in groups.unique():
+            held = multi & (groups == group).to_numpy()
             if not held.any() or held.all():
                 continue
             train, test = rows[~held], rows[held]
@@ -91,43 +92,40 @@ class ScalingPredictor(TaskPredictor):
             if not usable.any():
                 continue
             model = clone(self.ratio_model_.regressor).fit(X[fit], log_y[fit] - log_base[fit])
-            y = np.log(test["step_time_s"].to_numpy(dtype=float))[usable] - base_test[usable]
-            folds.append((np.vstack(model.predict_quantiles(X_test[usable])), y))
-        if not folds:
-            return 1.0, None
-        grid = np.linspace(0, 1, 11)
-        errors = [
-            np.mean([np.mean(np.abs(np.expm1(shrink * q[1] - y))) for q, y in folds])
-            for shrink in grid
-        ]
-        shrink = float(grid[int(np.argmin(errors))])
-        pooled = np.concatenate(
-            [np.maximum(shrink * q[0] - y, y - shrink * q[2]) for q, y in folds]
-        )
-        return shrink, conformal_margin(pooled)
+            folds.append(
+                HeldOutCluster(
+                    log_y=np.log(test["step_time_s"].to_numpy(dtype=float))[usable],
+                    log_t1=X_test["log_t1"].to_numpy()[usable],
+                    log_base=base_test[usable],
+                    correction=model.predict_quantiles(X_test[usable])[1],
+                )
+            )
+        return folds
 
-    def _predict_interval(self, rows: pd.DataFrame) -> pd.DataFrame:
-        X, log_base = self.features_.transform(rows)
-        flags = self._flags(rows, X)
+    def _predict_interval(self, rows: pd.DataFrame, fast: bool | None = None) -> pd.DataFrame:
+        """`fast` (default: up to FEW_ROWS rows) takes `scaling_fast`'s path to the same
+        features and flags."""
+        if fast if fast is not None else len(rows) <= FEW_ROWS:
+            X, log_base, no_links = few_row_design(self.features_, rows)
+            flags = few_row_flags(self, rows, X, no_links)
+        else:
+            X, log_base = self.features_.transform(rows)
+            flags = self._flags(rows, X)
         out = np.empty((3, len(X)))
         has_base = np.isfinite(log_base)
         if self.ratio_model_ is None:
             has_base[:] = False
         if has_base.any():
-            ratio = np.vstack(self.ratio_model_.predict_quantiles(X[has_base]))
-            new_gpu = flags["uncharted"][has_base]
-            if self.new_gpu_margin_ is not None and new_gpu.any():
-                ratio[:, new_gpu] *= self.new_gpu_shrink_
-                raw = self.new_gpu_shrink_ * np.vstack(
-                    self.ratio_model_.regressor_.predict_quantiles(X[has_base])
-                )
-                ratio[0, new_gpu] = np.minimum(
-                    raw[0, new_gpu] - self.new_gpu_margin_, ratio[0, new_gpu]
-                )
-                ratio[2, new_gpu] = np.maximum(
-                    raw[2, new_gpu] + self.new_gpu_margin_, ratio[2, new_gpu]
-                )
-            out[:, has_base] = ratio + log_base[has_base]
+            out[:, has_base] = np.vstack(self.ratio_model_.predict_quantiles(X[has_base]))
+            out[:, has_base] += log_base[has_base]
+            blend = self.new_cluster_blend_
+            new = has_base & flags["uncharted"]
+            if blend is not None and new.any():
+                # a cluster or GPU whose scaling was never measured: the blend of perfect
+                # scaling, physics and correction that did best on held-out clusters
+                correction = out[1, new] - log_base[new]
+                mid = blend.p50(X["log_t1"].to_numpy()[new], log_base[new], correction)
+                out[:, new] = mid + np.array([[blend.p10_offset], [0.0], [blend.p90_offset]])
         if (~has_base).any():
             out[:, ~has_base] = np.vstack(self.direct_model_.predict_quantiles(X[~has_base]))
         lo, mid, hi = np.exp(out)
@@ -141,8 +139,8 @@ class ScalingPredictor(TaskPredictor):
         unseen = flags["new_job"] | flags["new_gpu_type"]
         lo = np.where(unseen, np.fmin(lo, mid / UNSEEN_SPREAD), lo)
         hi = np.where(unseen, np.fmax(hi, mid * UNSEEN_SPREAD), hi)
-        config = rows.assign(gpus_per_node=X["gpus_per_node"].to_numpy(dtype="int64"))
-        mid, flags["monotonic_guard"] = self._monotonic(config, mid, flags["measured"])
+        per_node = X["gpus_per_node"].to_numpy(dtype="int64")
+        mid, flags["monotonic_guard"] = self._monotonic(rows, per_node, mid, flags["measured"])
         lo, hi = np.fmin(lo, mid), np.fmax(hi, mid)
         frame = interval_frame(self.targets, rows.index, [(lo, mid, hi)])
         frame["flags"] = flags_column(
@@ -182,17 +180,23 @@ class ScalingPredictor(TaskPredictor):
 
     @staticmethod
     def _monotonic(
-        rows: pd.DataFrame, mid: np.ndarray, measured: np.ndarray
+        rows: pd.DataFrame, per_node: np.ndarray, mid: np.ndarray, measured: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
         """Among the rows of one request with the same job and configuration, a larger local
         batch is not predicted faster than a smaller one on the same GPU type, and a GPU at
         least as fast (datasheet FP32 peak and memory bandwidth both no lower) is not predicted
         slower at the same batch. Rows whose configuration and batch were measured keep their
-        prediction: the measurement may say otherwise. `rows` carry `gpus_per_node`. Returns
-        (p50, changed)."""
-        group, first = distinct_groups([rows[c] for c in _CONFIG])
+        prediction: the measurement may say otherwise. `per_node` is each row's GPUs per
+        node. Returns (p50, changed)."""
+        unchanged = mid, np.zeros(len(rows), dtype=bool)
+        columns = [rows["job"], rows["num_gpus"], rows["num_nodes"], per_node]
+        if len(rows) <= FEW_ROWS:  # a few rows: tell whether two share one without pandas
+            configs = list(zip(*(np.asarray(c).tolist() for c in columns), strict=True))
+            if len(set(configs)) == len(configs):
+                return unchanged
+        group, first = distinct_groups(columns)
         if len(first) == len(rows):  # no two rows share a configuration: nothing to compare
-            return mid, np.zeros(len(rows), dtype=bool)
+            return unchanged
         gpu, gpu_names = pd.factorize(rows["gpu_type"])
         bsz = rows["local_batch_size"].to_numpy(dtype=float)
         free = ~measured

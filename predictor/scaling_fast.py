@@ -1,0 +1,174 @@
+"""The few rows of one request (a service call, a scheduler's question) through plain Python
+and numpy: the same features and flags as `ScalingFeatures.transform` and
+`ScalingPredictor._flags`, without their per-column pandas work (factorize, map, isin, frame
+assembly), which on a handful of rows costs several times what the trees do. Each row's
+lookups call the same fitted tables and the arithmetic is `features.scaling.design`, so the
+answers are identical (tests/test_scaling_fast_path.py compares the two paths)."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+from perfcast.features.devices import (
+    DEVICES,
+    INTERCONNECT_COLUMNS,
+    SPEC_COLUMNS,
+    canonical_device,
+    interconnect_of,
+)
+from perfcast.features.scaling import (
+    BYTES_PER_PARAM,
+    MODEL_PARAMS_M,
+    OPTIONAL_NUMBERS,
+    DesignInputs,
+    ScalingFeatures,
+    design,
+    ring_time_per_byte,
+    sync_seconds,
+)
+
+if TYPE_CHECKING:
+    from perfcast.predictor.scaling import ScalingPredictor
+
+# Up to this many rows a prediction takes this path; a larger batch has few distinct keys
+# for many rows, which the general path looks up once each.
+FEW_ROWS = 32
+
+
+def _text(value: object) -> str:
+    """A cluster name as `interconnect_frame` reads it: missing is ''."""
+    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    return str(value)
+
+
+def _own(rows: pd.DataFrame, column: str) -> np.ndarray | None:
+    """A row-supplied number column as the general path coerces it (None when absent)."""
+    if column not in rows.columns:
+        return None
+    return pd.to_numeric(rows[column], errors="coerce").to_numpy(dtype=float)
+
+
+def gpus_per_node(gpus: list[int], nodes: list[int], placements: list | None) -> list[int]:
+    """`features.scaling.gpus_per_node_of` row by row."""
+    out = []
+    for i, (g, n) in enumerate(zip(gpus, nodes, strict=True)):
+        p = placements[i] if placements is not None else None
+        out.append(int(max(p)) if isinstance(p, str) and p.isdigit() else math.ceil(g / n))
+    return out
+
+
+def few_row_design(
+    features: ScalingFeatures, rows: pd.DataFrame
+) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
+    """(X, log_base) as `features.transform(rows)` gives them, and whether each row has no
+    link facts at all (as `interconnect_frame` finds them)."""
+    jobs = rows["job"].tolist()
+    gpu_types = rows["gpu_type"].tolist()
+    gpus = rows["num_gpus"].tolist()
+    nodes = rows["num_nodes"].tolist()
+    bszs = rows["local_batch_size"].to_numpy()
+    placements = rows["placement"].tolist() if "placement" in rows.columns else None
+    per_node = gpus_per_node(gpus, nodes, placements)
+    clusters = rows["cluster"].tolist() if "cluster" in rows.columns else [""] * len(rows)
+
+    links = np.array(
+        [interconnect_of(str(g), _text(c)) for g, c in zip(gpu_types, clusters, strict=True)],
+        dtype=float,
+    ).reshape(-1, 2)
+    for k, column in enumerate(INTERCONNECT_COLUMNS):
+        own = _own(rows, column)
+        if own is not None:
+            links[:, k] = np.where(own > 0, own, links[:, k])
+    num_nodes = rows["num_nodes"].to_numpy()
+    num_gpus = np.asarray(gpus, dtype=float)
+    seconds_per_byte = ring_time_per_byte(links[:, 0], links[:, 1], num_nodes, num_gpus)
+
+    params = np.array([MODEL_PARAMS_M.get(job, np.nan) for job in jobs], dtype=float)
+    own_params = _own(rows, "params_m")
+    if own_params is not None:
+        params = np.where(own_params > 0, own_params, params)
+    nominal = params * 1e6 * BYTES_PER_PARAM
+    moved = np.array(
+        [
+            features.gradient_bytes(job, n > 1, gpu, b)
+            for job, n, gpu, b in zip(jobs, nodes, gpu_types, nominal.tolist(), strict=True)
+        ],
+        dtype=float,
+    )
+
+    t1, found = [], []
+    for job, gpu, g, n, gpn, bsz in zip(jobs, gpu_types, gpus, nodes, per_node, bszs, strict=True):
+        t1.append(features.one_gpu_time(job, gpu, bsz, g == 1))
+        found.append(features.overheads((job, g, n, gpn), gpu, bsz))
+    found_arr = np.array(found, dtype=float).reshape(-1, 3)
+
+    specs = {}
+    table = [DEVICES.get(canonical_device(str(g))) for g in gpu_types]
+    for column in SPEC_COLUMNS:
+        values = np.array([getattr(s, column) if s else np.nan for s in table], dtype=float)
+        own = _own(rows, column)
+        specs[column] = values if own is None else np.where(np.isnan(own), values, own)
+
+    amp = (
+        rows["amp"].astype("Float64").to_numpy(dtype=float, na_value=np.nan)
+        if "amp" in rows
+        else None
+    )
+    optional = {c: rows[c].to_numpy(dtype=float) if c in rows else None for c in OPTIONAL_NUMBERS}
+    inputs = DesignInputs(
+        num_gpus=num_gpus,
+        num_nodes=np.asarray(nodes, dtype=float),
+        gpus_per_node=np.asarray(per_node, dtype=float),
+        local_batch_size=bszs.astype(float),
+        t1=np.asarray(t1, dtype=float),
+        same=found_arr[:, 0],
+        cross=found_arr[:, 1],
+        log_t1_ref=found_arr[:, 2],
+        comm=sync_seconds(moved, seconds_per_byte),
+        specs=specs,
+        amp=amp,
+        **optional,
+    )
+    X, log_base = design(inputs, jobs, features.jobs_, rows.index)
+    return X, log_base, np.isnan(links).all(axis=1)
+
+
+def few_row_flags(
+    predictor: ScalingPredictor, rows: pd.DataFrame, X: pd.DataFrame, no_links: np.ndarray
+) -> dict[str, np.ndarray]:
+    """`ScalingPredictor._flags` row by row."""
+    features = predictor.features_
+    jobs, gpu_types = rows["job"].tolist(), rows["gpu_type"].tolist()
+    gpus, nodes = rows["num_gpus"].tolist(), rows["num_nodes"].tolist()
+    bszs = rows["local_batch_size"].tolist()
+    per_node = X["gpus_per_node"].to_numpy(dtype="int64").tolist()
+    keys = list(zip(jobs, gpus, nodes, per_node, gpu_types, bszs, strict=True))
+    measured = np.array([key in predictor.measured_ for key in keys], dtype=bool)
+    multi = np.array(gpus) > 1
+    max_gpus = [predictor.max_gpus_.get(str(job), predictor.max_gpus_any_) for job in jobs]
+    ranges = np.array(
+        [
+            predictor.batch_range_.get((job, gpu), (np.nan, np.nan))
+            for job, gpu in zip(jobs, gpu_types, strict=True)
+        ],
+        dtype=float,
+    ).reshape(-1, 2)
+    bsz = np.asarray(bszs, dtype=float)
+    charted = [(job, gpu) in features.scaled_ for job, gpu in zip(jobs, gpu_types, strict=True)]
+    uncharted = multi & ~np.array(charted, dtype=bool)
+    known_jobs = set(features.jobs_)
+    return {
+        "measured": measured,
+        "uncharted": uncharted,
+        "new_job": np.array([job not in known_jobs for job in jobs], dtype=bool),
+        "new_gpu_type": np.array([g not in predictor.gpu_types_ for g in gpu_types], dtype=bool),
+        "unmeasured_config": multi & ~measured & uncharted,
+        "extrapolated_gpus": np.array(gpus) > np.asarray(max_gpus, dtype=float),
+        "extrapolated_batch": (bsz < ranges[:, 0]) | (bsz > ranges[:, 1]),
+        "no_interconnect_facts": multi & no_links & uncharted,
+    }
