@@ -4,13 +4,15 @@ The search: `num_samples` trials of an MLP on scikit-learn's digits (`scheduler/
 the same configurations for every scheduler at a given seed (BasicVariantGenerator with that
 random state), each trial up to `max_t` epochs, on a Ray cluster of 4 logical GPUs (1 per
 trial to start with). The deadline is Tune's `time_budget_s` for all three; HyperSched also
-gets it as its own deadline, plus perfcast's scaling predictions (the in-process champion)
-for resizes, with the trials described as ResNet-18 on CIFAR-10 at batch 64 per T4 (the
-workload HyperSched was shown on; a logical GPU here stands for one such T4).
+gets it as its own deadline, counted like Tune's from the search's start (`clock_start`),
+plus perfcast's scaling predictions (the in-process champion) for resizes, with the trials
+described as ResNet-18 on CIFAR-10 at batch 64 per T4 (the workload HyperSched was shown on;
+a logical GPU here stands for one such T4).
 
 Measured per run: the best validation accuracy reported by the deadline (HyperSched's measure),
 trials started (reported at least once), GPU-seconds of training (each iteration's seconds x
-the GPUs the trial held) and resizes. Writes section `tune` of docs/BENCHMARKS.md. Run:
+the GPUs the trial held), resizes, trials trained to `max_t` and the search's wall time.
+Writes section `tune` of docs/BENCHMARKS.md. Run:
     .venv/bin/python -m benchmarks.tune [--deadlines 90,150,210] [--seeds 0,1,2]
 """
 
@@ -34,6 +36,8 @@ JOB = {"job": "resnet18-cifar10", "gpu_type": "t4", "local_batch_size": 64}
 
 
 def make_scheduler(name: str, deadline_s: float, backend: Any):
+    import time
+
     from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 
     from perfcast.scheduler.tune import HyperSched
@@ -44,7 +48,7 @@ def make_scheduler(name: str, deadline_s: float, backend: Any):
         return ASHAScheduler(max_t=MAX_T, grace_period=GRACE, reduction_factor=ETA)
     return HyperSched(
         deadline_s=deadline_s, num_gpus=NUM_GPUS, max_t=MAX_T, grace_period=GRACE,
-        reduction_factor=ETA, backend=backend, job=JOB,
+        reduction_factor=ETA, backend=backend, job=JOB, clock_start=time.monotonic(),
     )  # fmt: skip
 
 
@@ -76,7 +80,8 @@ def run_search(name: str, deadline_s: float, seed: int, num_samples: int, backen
     rows = pd.concat(frames, ignore_index=True) if frames else None
     if rows is None:
         return {"scheduler": name, "deadline_s": deadline_s, "seed": seed, "started": 0,
-                "best": float("nan"), "gpu_s": 0.0, "resized": 0, "wall_s": wall}  # fmt: skip
+                "best": float("nan"), "gpu_s": 0.0, "resized": 0, "in_full": 0,
+                "wall_s": wall}  # fmt: skip
     in_time = rows[rows["wall_time"] <= start + deadline_s]
     return {
         "scheduler": name,
@@ -86,6 +91,7 @@ def run_search(name: str, deadline_s: float, seed: int, num_samples: int, backen
         "best": float(in_time["accuracy"].max()) if len(in_time) else float("nan"),
         "gpu_s": float((rows["time_this_iter_s"] * rows["gpus"]).sum()),
         "resized": int(rows.loc[rows["gpus"] > 1, "trial_id"].nunique()),
+        "in_full": int((rows.groupby("trial_id")["training_iteration"].max() >= MAX_T).sum()),
         "iteration_s_by_gpus": rows.groupby("gpus")["time_this_iter_s"].median().to_dict(),
         "wall_s": wall,
     }
@@ -104,14 +110,15 @@ def table(runs: list[dict]) -> str:
     frame = pd.DataFrame(runs)
     lines = [
         "| deadline | scheduler | runs | best val. accuracy by the deadline | trials started "
-        "| GPU-s of training | trials resized |",
-        "|---|---|---|---|---|---|---|",
+        "| GPU-s of training | trials resized | trials trained to max_t | search wall s |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for (deadline, name), g in frame.groupby(["deadline_s", "scheduler"], sort=True):
         lines.append(
             f"| {deadline:g} s | {name} | {len(g)} | {spread(list(g['best']))} "
             f"| {statistics.mean(g['started']):.1f} | {statistics.mean(g['gpu_s']):.0f} "
-            f"| {statistics.mean(g['resized']):.1f} |"
+            f"| {statistics.mean(g['resized']):.1f} | {statistics.mean(g['in_full']):.1f} "
+            f"| {statistics.mean(g['wall_s']):.0f} |"
         )
     wins = []
     for deadline, g in frame.groupby("deadline_s"):
