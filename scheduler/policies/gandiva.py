@@ -7,7 +7,10 @@
   the pair's combined normalized throughput exceeds 1 and Salus's memory safety condition holds
   (sum of persistent memory + largest ephemeral memory <= GPU memory; with only total memory
   known, the total counts as persistent, which is stricter); time-sliced at mini-batch
-  boundaries otherwise (each gets half, less Gandiva's 2% overhead).
+  boundaries otherwise (each gets half, less Gandiva's 2% overhead). In the simulator the
+  memory figures are measured where the data has them, else model-size estimates
+  (scheduler/sim/memory.py). `pack=false` never packs (Gandiva without packing, to measure
+  what packing gains); `stats` counts the packed and time-sliced starts.
 - Migration: a time-sliced or packed job moves to GPUs of its own as soon as some free up, and
   a job that would be spread over nodes is made room for on one node by migrating small jobs
   off it (defragmentation).
@@ -31,9 +34,11 @@ from perfcast.scheduler.core.loop import (
     SchedulingPolicy,
 )
 from perfcast.scheduler.policies import register
+from perfcast.scheduler.sim.memory import JobMemory, memory_model
 
 HostClass = tuple[str, str, int]  # (gpu type, job type, local batch)
-MemoryOf = Callable[[str, int], float | None]  # (job type, local batch) -> MB or None
+# (job type, local batch) -> its memory, a total in MB (counted as persistent), or None
+MemoryOf = Callable[[str, int], JobMemory | float | None]
 
 
 def gpu_memory_mb(gpu_type: str) -> float | None:
@@ -103,33 +108,43 @@ class GandivaPolicy(SchedulingPolicy):
     needs_predictions = True
     prediction_tasks = ("interference",)
 
-    def __init__(self, memory_mb: MemoryOf | None = None, timeslice: bool = True) -> None:
+    def __init__(
+        self, memory_mb: MemoryOf | None = None, timeslice: bool = True, pack: bool = True
+    ) -> None:
         self.memory_mb = memory_mb
-        self.timeslice = timeslice
+        self.timeslice, self.pack = timeslice, pack
         self.placement = GandivaPlacement()
-        self._memory: dict[tuple[str, int], float | None] = {}
+        self._memory: dict[tuple[str, int], JobMemory | None] = {}
+        self.stats: Counter[str] = Counter()  # shared starts: "packed", "timesliced"
 
     def configure(self, workload: Any) -> None:
-        """Packing needs each job type's memory: unless given one, take the workload's
-        measured figures (none without pair data: then it only time-slices)."""
-        if self.memory_mb is None and workload.interference:
-            self.memory_mb = workload.interference.memory_mb
+        """Packing needs each job type's memory: unless given one, the workload's measured
+        figures, else model-size estimates (scheduler/sim/memory.py)."""
+        if self.memory_mb is None:
+            self.memory_mb = memory_model(workload.interference)
 
-    def _memory_of(self, state: JobState) -> float | None:
+    def _memory_of(self, state: JobState) -> JobMemory | None:
         key = (state.job.job_type, state.batch_size // max(state.job.num_gpus, 1))
         if key not in self._memory:
-            self._memory[key] = self.memory_mb(*key) if self.memory_mb else None
+            value = self.memory_mb(*key) if self.memory_mb else None
+            if isinstance(value, int | float):
+                value = JobMemory(float(value), 0.0, measured=True)
+            self._memory[key] = value
         return self._memory[key]
 
     def can_pack(self, a: JobState, b: JobState, gpu_type: str, speeds: tuple[float, float]):
         """Pack only when it pays (combined normalized throughput > 1) and memory is safe."""
-        if not speeds[0] + speeds[1] > 1.0:  # NaN (unmeasured pair) never packs
+        if not self.pack or not speeds[0] + speeds[1] > 1.0:  # NaN (unmeasured) never packs
             return False
         cap = gpu_memory_mb(gpu_type)
         mem_a, mem_b = self._memory_of(a), self._memory_of(b)
         if cap is None or mem_a is None or mem_b is None:
             return False
-        return salus_fits([mem_a, mem_b], [0.0, 0.0], cap)
+        return salus_fits(
+            [mem_a.persistent_mb, mem_b.persistent_mb],
+            [mem_a.ephemeral_mb, mem_b.ephemeral_mb],
+            cap,
+        )
 
     def schedule(self, ctx: RoundContext) -> Schedule:
         cluster, jobs = ctx.cluster, ctx.jobs
@@ -176,6 +191,7 @@ class GandivaPolicy(SchedulingPolicy):
                 share = "timeslice"
             else:
                 continue
+            self.stats["packed" if share == "pack" else "timesliced"] += 1
             out.append(
                 Allocation(state.job_id, state.job.num_gpus, state.batch_size, share, host.job_id)
             )
@@ -189,7 +205,7 @@ class GandivaPolicy(SchedulingPolicy):
     ) -> dict[tuple[tuple[str, int], HostClass], tuple[float, float]]:
         """Predicted speeds of every (waiting job class, host class) pair, in one batched call.
         Classes (job type, local batch) keep the call small however many jobs wait."""
-        if ctx.predictor is None or self.memory_mb is None:
+        if ctx.predictor is None or self.memory_mb is None or not self.pack:
             return {}
         wanted = {
             ((s.job.job_type, s.batch_size // s.job.num_gpus), key)

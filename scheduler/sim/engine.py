@@ -256,6 +256,7 @@ class SimResult:
     rounds: int
     decisions: int
     policy: str
+    policy_stats: dict[str, int] = field(default_factory=dict)  # the policy's own counts
 
 
 ProgressCallback = Callable[[int, int], None]
@@ -354,4 +355,7 @@ def simulate(
         if on_progress:
             on_progress(finished, total)
     makespan = now - (jobs[0].submit_time_s if jobs else 0.0)
-    return SimResult(workload, cluster, loop.jobs, acc, makespan, rounds, decisions, policy.name)
+    stats = dict(getattr(policy, "stats", {}))  # e.g. Gandiva's packed and time-sliced starts
+    return SimResult(
+        workload, cluster, loop.jobs, acc, makespan, rounds, decisions, policy.name, stats
+    )

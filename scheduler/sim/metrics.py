@@ -90,7 +90,9 @@ def summarize(result: SimResult) -> dict[str, float | int | str]:
         "preemptions": int(df["preemptions"].sum()),
         "migrations": int(df["migrations"].sum()),
         "resizes": int(df["resizes"].sum()),
+        "gpu_hours": float(result.accounting.busy_gpu_s / 3600),
     }
+    out |= result.policy_stats
     if has_deadline.any():
         timed = df[has_deadline]
         met = (timed["finish_s"] <= timed["deadline_s"]) & timed["completed"].astype(bool)
