@@ -7,7 +7,8 @@ run, plus prediction speed. Writes one section per task,
 Baselines: train mean (every task); perfect linear scaling from one GPU (scaling: the job's
 one-GPU step time at the same local batch, i.e. no synchronization cost); roofline (runtime:
 sum of per-node roofline times times the median latency/roofline ratio of the training
-samples); no interference (speed = 1.0).
+samples; the per-op model alone, NeuSight's method: each op's latency from its roofline, summed
+over the graph); no interference (speed = 1.0).
 """
 
 from __future__ import annotations
@@ -22,9 +23,10 @@ from rich.progress import track
 from benchmarks.report import write_section
 from perfcast import datasets
 from perfcast.datasets.splits import folds
-from perfcast.features.graphs import sample_table, samples
+from perfcast.features.graphs import op_table, sample_table, samples
 from perfcast.features.scaling import ScalingFeatures, gpus_per_node_of
 from perfcast.predictor import make_predictor
+from perfcast.predictor.runtime import OpLatencyModel
 from perfcast.training.evaluation import truth_and_predictions
 from perfcast.training.metrics import regression_metrics
 
@@ -52,6 +54,8 @@ def leave_one_cluster_out_folds(rows: pd.DataFrame):
         if held.any():
             yield np.flatnonzero(~held), np.flatnonzero(held), cluster
 
+
+QUICK_EPOCHS = 20  # the runtime graph networks' epochs with --quick (80 otherwise)
 
 TRACES = ["pollux-philly", "muri-traces", "chronus-traces", "elasticflow-traces"]
 TRACE_ROWS = 20_000  # jobs sampled from each trace: the cross-trace fits stay cheap
@@ -127,9 +131,14 @@ def baselines(task: str, train: pd.DataFrame, test: pd.DataFrame) -> dict[str, n
         _, base_train = sample_table(train)
         _, base_test = sample_table(test)
         n = len(base_test)
+        # NeuSight's method on its own: per-op latency from the roofline, summed over the graph
+        per_op = OpLatencyModel().fit(op_table(train))
         return {
             "train mean": np.full(n, np.exp(y_train).mean()),
             "roofline": np.exp(base_test + np.median(y_train - base_train)),
+            "per-op model summed (NeuSight-style)": np.exp(
+                per_op.predict_log_sum(op_table(test), samples(test).index)
+            ),
         }
     n = len(test)
     return {
@@ -138,9 +147,12 @@ def baselines(task: str, train: pd.DataFrame, test: pd.DataFrame) -> dict[str, n
     }
 
 
-def run_case(task: str, kind: str, rows: pd.DataFrame, split: str, families, fold_iter):
+def run_case(
+    task: str, kind: str, rows: pd.DataFrame, split: str, families, fold_iter, params=None
+):
     """Pooled metrics per family and per baseline over the folds; folds that yield a third
-    item (a label, e.g. the held-out cluster) also get rows of their own, after the pooled."""
+    item (a label, e.g. the held-out cluster) also get rows of their own, after the pooled.
+    `params`: keyword arguments of make_predictor per family (e.g. fewer epochs)."""
     truths: list[np.ndarray] = []
     labels: list[str | None] = []
     preds: dict[str, list[pd.DataFrame]] = {f: [] for f in families}
@@ -150,7 +162,7 @@ def run_case(task: str, kind: str, rows: pd.DataFrame, split: str, families, fol
         train, test = rows.iloc[train_idx], rows.iloc[test_idx]
         for family in families:
             start = time.perf_counter()
-            predictor = make_predictor(task, family).fit(train)
+            predictor = make_predictor(task, family, **(params or {}).get(family, {})).fit(train)
             fit_s[family] += time.perf_counter() - start
             truth, predicted = truth_and_predictions(predictor, test)
             preds[family].append(predicted)
@@ -194,7 +206,11 @@ def speed(task: str, rows: pd.DataFrame, family: str, n: int = 100_000) -> float
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="gbm only, for a fast check")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="gbm only (runtime: every family, fewer epochs), for a fast check",
+    )
     parser.add_argument(
         "--task",
         choices=["scaling", "interference", "runtime", "duration"],
@@ -206,7 +222,11 @@ def main() -> None:
     parser.add_argument("--families", help="only these model families (comma-separated)")
     args = parser.parse_args()
     tab = ("gbm",) if args.quick else ("gbm", "fcn")
-    graph = tab if args.quick else ("gbm", "fcn", "rnn", "gnn")
+    # runtime's headline (leave one GPU out) runs every family even with --quick: its graph
+    # networks then train QUICK_EPOCHS epochs and its random split runs gbm alone, which
+    # bounds the run (every family at 80 epochs took over 25 min under load)
+    graph = ("gbm", "fcn", "rnn", "gnn")
+    graph_params = {f: {"epochs": QUICK_EPOCHS} for f in ("rnn", "gnn")} if args.quick else {}
     if args.families:
         chosen = args.families.split(",")
         tab, graph = tuple(f for f in tab if f in chosen), tuple(f for f in graph if f in chosen)
@@ -230,7 +250,8 @@ def main() -> None:
          folds(interference, "interference", "job")),
         ("interference", "interference", by_source, "by source: gavel -> measured-cpu", tab,
          by_source_folds),
-        ("runtime", "graph", graphs, "random", graph, folds(graphs, "graph", "random")),
+        ("runtime", "graph", graphs, "random", graph[:1] if args.quick else graph,
+         folds(graphs, "graph", "random")),
         ("runtime", "graph", graphs, "leave one GPU out", graph,
          folds(graphs, "graph", "gpu_type")),
         ("duration", "trace", philly, "random", tab, folds(philly, "trace", "random", n_folds=3)),
@@ -243,7 +264,8 @@ def main() -> None:
         cases = [case for case in cases if args.split in case[3]]
     results = []
     for task, kind, rows, split, families, fold_iter in track(cases, description="accuracy"):
-        results.extend(run_case(task, kind, rows, split, families, fold_iter))
+        params = graph_params if task == "runtime" else None
+        results.extend(run_case(task, kind, rows, split, families, fold_iter, params))
     table = pd.DataFrame(results)
     print(table.drop(columns=["rmse", "r2"], errors="ignore").to_string())
     if args.split:

@@ -172,32 +172,6 @@ def sample_table(nodes: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
     return X, np.log(totals["roofline_ms"].to_numpy(dtype=float))
 
 
-_SAME_WORKLOAD = [["model", "mode", "batch_size", "seq_len"], ["model", "mode"], ["model"]]
-
-
-class RuntimeHistory:
-    """What the same model measured on other devices says: for each sample, the median
-    log(latency / roofline) of training samples of the same workload on a different device
-    (the exact configuration first, then the same model and mode, then the model)."""
-
-    def fit(self, nodes: pd.DataFrame, log_ratio: np.ndarray) -> RuntimeHistory:
-        self.reference_ = samples(nodes).reset_index().assign(log_ratio=log_ratio)
-        return self
-
-    def transform(self, nodes: pd.DataFrame) -> pd.DataFrame:
-        info = samples(nodes).reset_index()
-        out = pd.DataFrame(index=info["sample_id"])
-        for level, keys in enumerate(_SAME_WORKLOAD):
-            keys = [k for k in keys if k in info.columns]
-            merged = info[["sample_id", "device", *keys]].merge(
-                self.reference_[["device", *keys, "log_ratio"]], on=keys, suffixes=("", "_ref")
-            )
-            merged = merged[merged["device"] != merged["device_ref"]]
-            ratio = merged.groupby("sample_id")["log_ratio"].median()
-            out[f"history_log_ratio_{level}"] = ratio.reindex(out.index).to_numpy()
-        return out
-
-
 NODE_FEATURES = len(OP_KINDS) + 5
 
 
