@@ -205,12 +205,13 @@ def _signature(task: str, example: pd.DataFrame, output: pd.DataFrame) -> ModelS
 
 
 def _signature_safe(example: pd.DataFrame) -> pd.DataFrame:
-    """The input example with nullable integer columns that hold missing values as floats:
-    MLflow types such a column `long` and then cannot cast the example's own NA to it."""
+    """The input example with nullable integer and boolean columns that hold missing values
+    as floats: MLflow types such a column `long` (`boolean`) and then cannot cast the example's
+    own NA to it (`amp` is NA where measured data is joined with a source that has none)."""
     out = example.copy()
     for column, dtype in example.dtypes.items():
-        nullable_int = isinstance(dtype, pd.api.extensions.ExtensionDtype) and dtype.kind in "iu"
-        if nullable_int and example[column].isna().any():
+        nullable = isinstance(dtype, pd.api.extensions.ExtensionDtype) and dtype.kind in "iub"
+        if nullable and example[column].isna().any():
             out[column] = example[column].astype("float64")
     return out
 
