@@ -12,7 +12,11 @@ from perfcast.features.devices import interconnect_frame, spec_frame
 from perfcast.features.scaling import ScalingFeatures, distinct_groups, gpus_per_node_of
 from perfcast.predictor.base import TaskPredictor, flags_column, interval_frame
 from perfcast.predictor.regressors import make_regressor
-from perfcast.predictor.scaling_calibration import HeldOutCluster, NewClusterBlend, calibrate
+from perfcast.predictor.scaling_calibration import (
+    HeldOutCluster,
+    NewClusterBlend,
+    calibrate_by_spread,
+)
 from perfcast.predictor.scaling_fast import FEW_ROWS, few_row_design, few_row_flags
 
 # p90/p50 and p50/p10 at least this on rows of a job or GPU type never seen: nothing measured
@@ -42,12 +46,12 @@ class ScalingPredictor(TaskPredictor):
         X, log_base, log_y = _design(self.features_, rows)
         has_base = np.isfinite(log_base)
         self.ratio_model_ = None
-        self.new_cluster_blend_: NewClusterBlend | None = None
+        self.new_cluster_blends_: dict[bool, NewClusterBlend] | None = None
         if has_base.sum() >= 8:
             self.ratio_model_ = make_regressor(self.model, random_state=self.random_state)
             self.ratio_model_.fit(X[has_base], log_y[has_base] - log_base[has_base])
             folds = self._held_out_clusters(rows)
-            self.new_cluster_blend_ = calibrate(folds) if folds else None
+            self.new_cluster_blends_ = calibrate_by_spread(folds) if folds else None
         self.direct_model_ = make_regressor(self.model, random_state=self.random_state)
         self.direct_model_.fit(X, log_y)
         self._fit_coverage(rows)
@@ -98,6 +102,7 @@ class ScalingPredictor(TaskPredictor):
                     log_t1=X_test["log_t1"].to_numpy()[usable],
                     log_base=base_test[usable],
                     correction=model.predict_quantiles(X_test[usable])[1],
+                    multi_node=(test["num_nodes"].to_numpy() > 1)[usable],
                 )
             )
         return folds
@@ -118,11 +123,13 @@ class ScalingPredictor(TaskPredictor):
         if has_base.any():
             out[:, has_base] = np.vstack(self.ratio_model_.predict_quantiles(X[has_base]))
             out[:, has_base] += log_base[has_base]
-            blend = self.new_cluster_blend_
-            new = has_base & flags["uncharted"]
-            if blend is not None and new.any():
+            multi_node = X["multi_node"].to_numpy() > 0
+            for spread, blend in (self.new_cluster_blends_ or {}).items():
                 # a cluster or GPU whose scaling was never measured: the blend of perfect
                 # scaling, physics and correction that did best on held-out clusters
+                new = has_base & flags["uncharted"] & (multi_node == spread)
+                if not new.any():
+                    continue
                 correction = out[1, new] - log_base[new]
                 mid = blend.p50(X["log_t1"].to_numpy()[new], log_base[new], correction)
                 out[:, new] = mid + np.array([[blend.p10_offset], [0.0], [blend.p90_offset]])

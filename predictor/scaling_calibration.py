@@ -12,6 +12,11 @@ weighing the same, among those that lose to perfect scaling on none of them: (0,
 qualifies, so on the clusters seen in calibration the blend is never worse than perfect
 scaling. The interval is the blend's p50 moved by the p10 and p90 of its log errors on the
 held-out clusters (each weighing the same), so it covers what a new cluster's errors were.
+
+Rows on one node and rows across nodes get a blend each (`calibrate_by_spread`): their
+synchronization crosses different links, the intra-node link a GPU type's server fixes
+(NVLink, PCIe generation) and the network, which differs from cluster to cluster and is the
+fact most often assumed, so how far the physics carries over differs between the two.
 """
 
 from __future__ import annotations
@@ -35,6 +40,12 @@ class HeldOutCluster:
     log_t1: np.ndarray
     log_base: np.ndarray
     correction: np.ndarray
+    multi_node: np.ndarray | None = None
+
+    def part(self, keep: np.ndarray) -> HeldOutCluster:
+        return HeldOutCluster(
+            self.log_y[keep], self.log_t1[keep], self.log_base[keep], self.correction[keep]
+        )
 
 
 @dataclass(frozen=True)
@@ -87,6 +98,19 @@ def calibrate(folds: list[HeldOutCluster]) -> NewClusterBlend:
     weights = [np.full(len(e), 1.0 / len(e)) for e in errors]
     lo, hi = weighted_quantiles(np.concatenate(errors), np.concatenate(weights), QUANTILES[::2])
     return NewClusterBlend(a, b, min(lo, 0.0), max(hi, 0.0))
+
+
+def calibrate_by_spread(folds: list[HeldOutCluster]) -> dict[bool, NewClusterBlend]:
+    """A blend for rows on one node (False) and one for rows across nodes (True), each from
+    the folds' rows of that spread (`multi_node`); a spread no fold has gets the blend of
+    all rows."""
+    everywhere = calibrate(folds)
+    blends = {}
+    for spread in (False, True):
+        parts = [fold.part(fold.multi_node == spread) for fold in folds]
+        parts = [part for part in parts if len(part.log_y)]
+        blends[spread] = calibrate(parts) if parts else everywhere
+    return blends
 
 
 def weighted_quantiles(values: np.ndarray, weights: np.ndarray, levels) -> list[float]:

@@ -17,6 +17,7 @@ from perfcast.predictor.scaling_calibration import (
     WEIGHT_GRID,
     HeldOutCluster,
     calibrate,
+    calibrate_by_spread,
     choose_weights,
     mape_ratio,
 )
@@ -37,6 +38,7 @@ def held_out_clusters(draw) -> list[HeldOutCluster]:
                 log_t1=log_t1,
                 log_base=log_t1 + draw(arrays(float, n, elements=st.floats(0, 2.5))),
                 correction=draw(arrays(float, n, elements=st.floats(-1.5, 1.5))),
+                multi_node=draw(arrays(bool, n)),
             )
         )
     return folds
@@ -73,6 +75,20 @@ def test_the_interval_covers_80_percent_of_the_held_out_errors(folds) -> None:
     assert np.mean(inside) >= 0.8 - 1e-9
 
 
+@settings(max_examples=100, deadline=None)
+@given(folds=held_out_clusters())
+def test_each_spread_gets_a_blend_that_loses_on_none_of_its_rows(folds) -> None:
+    """Rows on one node and rows across nodes: each spread's blend is no worse than perfect
+    scaling on any fold's rows of that spread."""
+    blends = calibrate_by_spread(folds)
+    for spread, blend in blends.items():
+        for fold in folds:
+            rows = fold.part(fold.multi_node == spread)
+            if len(rows.log_y):
+                weights = (blend.physics_weight, blend.correction_weight)
+                assert mape_ratio(rows, *weights) <= 1.0
+
+
 def test_calibration_needs_a_fold() -> None:
     with pytest.raises(ValueError, match="at least one held-out cluster"):
         calibrate([])
@@ -91,8 +107,7 @@ def test_a_held_out_cluster_is_predicted_better_than_perfect_scaling() -> None:
     ]
     multi = quad["num_gpus"] > 1
     model = make_predictor("scaling", "gbm").fit(pd.concat([*others, quad[~multi]]))
-    blend = model.new_cluster_blend_
-    assert blend is not None and (blend.physics_weight, blend.correction_weight) != (1.0, 1.0)
+    assert model.new_cluster_blends_ is not None
     test = quad[multi]
     out = model.predict_interval(test.drop(columns=["step_time_s"]))
     one_gpu = quad[~multi].groupby(["job", "local_batch_size"])["step_time_s"].median()
