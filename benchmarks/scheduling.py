@@ -34,7 +34,7 @@ TRACES = [
     ("elasticflow-traces:cluster01", "8x8:v100", None),
 ]
 LOADS = (1.0, 2.0)
-POLICIES = ("fifo", "tiresias", "srtf-predicted", "gandiva", "elastic", "hypersched")
+POLICIES = ("fifo", "tiresias", "srtf-predicted", "gandiva", "elastic", "hypersched", "pollux")
 ANCHORS = (
     "Anchors (authors' figures): Salus SRTF 3.19x lower average JCT than FIFO; Helios QSSF up "
     "to 6.5x; Tiresias up to 5.5x over YARN's FIFO; Pollux 37-50% below Tiresias and Optimus."
@@ -56,12 +56,25 @@ def markdown(table: pd.DataFrame, digits: int = 2) -> str:
     return "\n".join(lines)
 
 
-def one(trace: str, cluster: str, max_jobs: int | None, load: float, policy: str, predictor: str):
+def one(
+    trace: str,
+    cluster: str,
+    max_jobs: int | None,
+    load: float,
+    policy: str,
+    predictor: str,
+    options: dict[str, object] | None = None,
+):
     spec = ClusterSpec.parse(cluster)
     workload = prepare_workload(trace, spec, load=load, max_jobs=max_jobs)
     start = time.perf_counter()
     run = run_simulation(
-        workload, spec, policy, backend=backend_factory(predictor), predictor=predictor
+        workload,
+        spec,
+        policy,
+        policy_options=options,
+        backend=backend_factory(predictor),
+        predictor=predictor,
     )
     return run.summary, time.perf_counter() - start
 
@@ -136,6 +149,42 @@ def policy_table(quick: bool) -> tuple[pd.DataFrame, list[str]]:
     return pd.DataFrame(rows), sorted(notes)
 
 
+def packing_table(quick: bool) -> tuple[pd.DataFrame, str]:
+    """Gandiva with packing (memory figures from scheduler/sim/memory.py) against Gandiva that
+    only time-slices, oracle pair speeds, every trace and load of the policy table."""
+    rows = []
+    for trace, cluster, max_jobs in TRACES[:1] if quick else TRACES:
+        for load in LOADS[:1] if quick else LOADS:
+            runs = {
+                pack: one(trace, cluster, max_jobs, load, "gandiva", "oracle", {"pack": pack})[0]
+                for pack in (True, False)
+            }
+            packed, plain = runs[True], runs[False]
+            rows.append(
+                {
+                    "trace": trace,
+                    "load": load,
+                    "packed starts": packed.get("packed", 0),
+                    "time-sliced starts": packed.get("timesliced", 0),
+                    "time-sliced starts, no packing": plain.get("timesliced", 0),
+                    "avg JCT (h)": float(packed["avg_jct_s"]) / 3600,
+                    "avg JCT, no packing (h)": float(plain["avg_jct_s"]) / 3600,
+                    "JCT gain": float(plain["avg_jct_s"]) / float(packed["avg_jct_s"]),
+                    "GPU-h held": float(packed["gpu_hours"]),
+                    "GPU-h held, no packing": float(plain["gpu_hours"]),
+                }
+            )
+            print(rows[-1], flush=True)
+    table = pd.DataFrame(rows)
+    gains = [
+        f"{r['trace'].split(':')[0]} load {r['load']:g}: {r['packed starts']} packed starts, "
+        f"avg JCT {r['JCT gain']:.2f}x, GPU-hours "
+        f"{r['GPU-h held'] / r['GPU-h held, no packing']:.3f}x of time-slicing's"
+        for r in rows
+    ]
+    return table, "; ".join(gains)
+
+
 def ratio_range(table: pd.DataFrame, policy: str, predictions: str, column: str) -> str:
     """`min-max` of a ratio column over every trace and load, per trace kept apart."""
     rows = table[(table["policy"] == policy) & (table["predictions"] == predictions)]
@@ -146,8 +195,8 @@ def ratio_range(table: pd.DataFrame, policy: str, predictions: str, column: str)
     return "; ".join(parts) or "not measured"
 
 
-def shortfalls(table: pd.DataFrame) -> str:
-    """'Where we fall short', computed from this run's table."""
+def shortfalls(table: pd.DataFrame, packing: str) -> str:
+    """'Where we fall short', computed from this run's tables."""
     srtf = table[(table["policy"] == "srtf-predicted") & (table["predictions"] == "inprocess")]
     beats = int((srtf["vs tiresias"] >= 1.0).sum())
     return f"""- SRTF with oracle durations vs FIFO (Salus 3.19x, Helios QSSF up to 6.5x):
@@ -160,9 +209,13 @@ def shortfalls(table: pd.DataFrame) -> str:
 - Elastic vs Tiresias (Pollux: 37-50% below Tiresias, i.e. 1.6-2.0x) with predictions:
   {ratio_range(table, "elastic", "inprocess", "vs tiresias")}; with the oracle:
   {ratio_range(table, "elastic", "oracle", "vs tiresias")}.
-- Gandiva packs only job types with memory figures and measured pair speeds; these traces'
-  types have none, so it time-slices, which does not lower average JCT. Hypersched on traces
-  without searches behaves as FIFO.
+- Gandiva packs only pairs with measured speeds (Gavel's types, drawn into the Chronus and
+  ElasticFlow mixes; Muri's types have none) whose estimated memory passes Salus's condition:
+  {packing}. Hypersched on traces without searches behaves as FIFO.
+- pollux on these traces: no job is one of Pollux's applications (no goodput model), so it
+  runs every job at its requested size in order of least attained service (continuous, not
+  Tiresias's two thresholds): {ratio_range(table, "pollux", "none", "vs tiresias")} vs
+  Tiresias.
 - Fidelity and speed: see their tables below; the simulator models neither Muri's placement
   nor its start-up costs, and the 82k-job Philly trace on 2,000 GPUs is light load."""
 
@@ -345,12 +398,28 @@ def main() -> None:
         return
     train_champions()
     table, notes = policy_table(args.quick)
-    policies, short = markdown(table), shortfalls(table)
+    packing, packing_gains = packing_table(args.quick)
+    policies, short = markdown(table), shortfalls(table, packing_gains)
     speed, speed_what = speed_table()
     fidelity = fidelity_table()
     hpsearch = hpsearch_table()
     note_text = "\n".join(f"- {n}" for n in notes) or "- none"
+    packing_md = markdown(packing)
     body = f"""
+### What changed since the tables of 2026-11-23 06:07 (commit 80ec7be), and why
+
+- Every preemptive policy is slower than it was: a preempted job's old completion event used to
+  match its resumed run, so it finished at its old time short of its work (issue 12; the engine
+  now refuses any completion whose work is not done). Tiresias on Muri trace1 at load 1 went
+  from 258 h to the figure below; FIFO, which never preempts, is unchanged.
+- `srtf-predicted` now weighs each prediction by its interval and by how well it ranked the
+  jobs that finished, falling back to Tiresias's order. Before, it stood at 1.04-1.66x
+  Tiresias (1.41x on Muri load 1 after the engine fix), gains that came from its rule for
+  jobs past their p90 (ordered by time run, a form of least attained service), not from the
+  model: its p50s rank these traces' jobs at Spearman -0.07 to 0.05.
+- `gandiva` now packs (memory estimates, table below); before it could only time-slice.
+- `pollux` (goodput-aware, issue 12) is in the table; `hypersched` and `fifo` are unchanged.
+
 ### Average JCT by policy (ratios: baseline avg JCT / policy avg JCT, higher is better)
 
 Jobs progress at measured step times (Muri's V100 scaling table; trace jobs without a model
@@ -367,12 +436,28 @@ a file and trained as `perfcast train --task duration --data FILE --model gbm` d
 is a GBM trained with
 `perfcast train --task scaling --data muri-scaling --model gbm`, the very table the simulator
 takes as truth, so for `elastic` the gap to oracle is model fit, not generalization;
-`interference` is a GBM trained on gavel-interference. The simulated job types carry no memory
-figures, so Salus's memory condition cannot be checked and `gandiva` never packs here (it
-time-slices): its predicted and oracle runs coincide.
+`interference` is a GBM trained on gavel-interference.
+
+`srtf-predicted` trusts each duration prediction by its p10-p90 width against the spread of
+durations, checked against the jobs that have finished (scheduler/policies/srtf_predicted.py):
+where the duration model does not rank finished jobs better than chance (all three traces here,
+including Chronus, which it never saw) it falls back to Tiresias's order exactly, and it
+reaches SRTF's gains only with informative predictions (the oracle rows).
 
 Runs without in-process predictions:
 {note_text}
+
+### Gandiva: packing against time-slicing only (oracle pair speeds)
+
+Memory figures: none of the shipped GPU tables records memory for these job types, so every
+figure is the model-size ESTIMATE of scheduler/sim/memory.py (16 bytes per parameter + 400 MB
+of context persistent, per-sample activations x local batch ephemeral), checked with Salus's
+condition on the GPU's memory. A pair packs when its measured speeds sum above 1 (Gavel's
+co-location table); the engine then runs each at its measured co-located speed. `packed
+starts` / `time-sliced starts`: jobs started on a GPU shared with another; GPU-h held: GPUs
+holding at least one job, integrated over the run.
+
+{packing_md}
 
 ### Where we fall short (read with the tables above)
 
