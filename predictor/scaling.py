@@ -27,7 +27,10 @@ _CONFIG = ["job", "num_gpus", "num_nodes", "gpus_per_node"]
 
 class ScalingPredictor(TaskPredictor):
     """Predicts log(step / physical base) where a base exists (see features.scaling), and
-    log(step) directly where it does not. `model` picks the regressor family (gbm or fcn)."""
+    log(step) directly where it does not. `model` picks the regressor family (gbm or fcn).
+    Rows whose scaling was never measured on their GPU type (a new cluster's) take the blend
+    of perfect scaling, physics and that correction calibrated on held-out training clusters
+    (`scaling_calibration`), with its interval."""
 
     task = "scaling"
     kind = "scaling"

@@ -53,6 +53,9 @@ def request_rows(draw, measured: pd.DataFrame) -> pd.DataFrame:
         row["cluster"] = draw(st.sampled_from([row.get("cluster"), None, "elsewhere"]))
         for column in ("intra_node_bw_gbps", "inter_node_bw_gbps", "params_m"):
             row[column] = draw(st.sampled_from([None, None, 0.5, 300.0]))
+        for column in ("peak_tflops_fp32", "mem_bw_gbps", "gflops_per_sample"):
+            row[column] = draw(st.sampled_from([None, 2.0, 900.0]))
+        row["amp"] = draw(st.sampled_from([None, True, False]))
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -63,8 +66,9 @@ def request_rows(draw, measured: pd.DataFrame) -> pd.DataFrame:
 @given(data=st.data())
 def test_the_few_row_path_answers_what_the_general_path_does(model, training_rows, data) -> None:
     rows = data.draw(request_rows(training_rows))
-    if rows["params_m"].isna().all():  # a request without the column at all, too
-        rows = rows.drop(columns=["params_m"])
+    for column in ("params_m", "amp", "gflops_per_sample", "mem_bw_gbps"):
+        if rows[column].isna().all():  # a request without the column at all, too
+            rows = rows.drop(columns=[column])
     fast = model.predict_interval(rows)
     general = model._predict_interval(model._check_rows(rows), fast=False)
     pd.testing.assert_frame_equal(fast, general, check_exact=True)
