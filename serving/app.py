@@ -58,8 +58,14 @@ def create_app(settings: Settings | None = None, models: ServedModels | None = N
     docs.install(app)
     app.state.settings, app.state.models, app.state.metrics = settings, models, metrics
     app.state.batcher = PredictionBatcher(models)
-    app.include_router(query.router)  # before predict's /v1/predict/{task}
-    for router in (predict.router, decide.router, models_routes.router, health.router, ui.router):
+    for router in (
+        query.router,
+        predict.router,
+        decide.router,
+        models_routes.router,
+        health.router,
+        ui.router,
+    ):
         app.include_router(router)
     app.add_exception_handler(RequestValidationError, _invalid)
     app.add_exception_handler(RequestLimitError, _over_limit)

@@ -46,6 +46,7 @@ def serve(
     """
     import uvicorn
 
+    from perfcast.serving import server
     from perfcast.serving.app import create_app
     from perfcast.serving.settings import Settings
     from perfcast.training.trainer import ensure_champions
@@ -76,17 +77,10 @@ def serve(
     elif missing:
         err_console.print(f"[yellow]no model for {', '.join(missing)}: those answer 503[/]")
     err_console.print(f"perfcast serving on http://{host}:{port} (docs: /docs)")
-    uvicorn.run(
-        api,
-        host=host,
-        port=port,
-        log_level=log_level,
-        access_log=False,
-        timeout_keep_alive=5,  # idle keep-alive connections are closed after 5 s
-        # past this many connections and requests uvicorn answers 503 itself
-        limit_concurrency=4 * settings.max_in_flight,
-        backlog=256,
-    )
+    running = uvicorn.Server(server.config(api, settings, host, port, log_level=log_level))
+    running.run()
+    if not running.started:  # uvicorn said why (e.g. the port is taken)
+        raise PerfcastError(f"could not serve on {host}:{port}")
 
 
 def _train_missing(models, tasks: list[str], ensure_champions) -> None:

@@ -7,44 +7,19 @@ integer field refuses 4.5, true and "4", and no number may be NaN or infinite.
 
 from __future__ import annotations
 
-import math
-from typing import Annotated, Literal
+from typing import Annotated, Literal, NotRequired, Required
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    PlainValidator,
-    StrictBool,
-    StrictInt,
-    StrictStr,
-    WithJsonSchema,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, model_validator
+from typing_extensions import TypedDict
 
+from perfcast.predictor.backend import PER_SAMPLE_TASKS, TASK_TABLES
+from perfcast.serving.rows import ROW_TYPES, Scalar, column, example_row
 from perfcast.serving.settings import MAX_ROWS
 
 # JSON numbers as sent: an integer field takes no 4.5, true or "4"; no float field takes NaN
 Number = Annotated[float, Field(strict=True, allow_inf_nan=False)]
 
 
-def _scalar(value: object) -> object:
-    """One error per bad row value (a union would report one per member type)."""
-    if value is None or isinstance(value, str | bool | int):
-        return value
-    if isinstance(value, float) and math.isfinite(value):
-        return value
-    raise ValueError("a row value must be a string, a finite number, a boolean or null")
-
-
-Scalar = Annotated[
-    StrictStr | StrictBool | StrictInt | Number | None,
-    PlainValidator(_scalar),
-    WithJsonSchema(
-        {"anyOf": [{"type": t} for t in ("string", "number", "boolean", "null")]},
-        mode="validation",
-    ),
-]
 Row = dict[str, Scalar]
 Name = Annotated[str, Field(min_length=1, max_length=200)]
 GpuType = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_.\-]*$", max_length=64)]
@@ -60,25 +35,6 @@ class _Model(BaseModel):
 
 # ---- predictions -------------------------------------------------------------------------
 
-SCALING_ROW = {
-    "job": "resnet50",
-    "gpu_type": "v100",
-    "num_nodes": 1,
-    "num_gpus": 4,
-    "local_batch_size": 64,
-}
-
-
-class PredictRequest(_Model):
-    rows: Annotated[list[Row], Field(min_length=1, max_length=MAX_ROWS)] = Field(
-        description="Contract-table rows for the task (scaling, interference, graph or trace "
-        "columns), without the target columns. At most 10,000 rows.",
-    )
-
-    model_config = ConfigDict(
-        extra="forbid", json_schema_extra={"examples": [{"rows": [SCALING_ROW]}]}
-    )
-
 
 class ModelRef(_Model):
     task: str
@@ -88,36 +44,81 @@ class ModelRef(_Model):
 
 
 class PredictResponse(_Model):
+    """The answer of every `POST /v1/predict/<task>`; each task's own model types the
+    predictions (`ScalingPredictResponse`, ...)."""
+
     task: str
     model: ModelRef
-    targets: list[str]
-    predictions: list[dict[str, float | str | list[str] | None]] = Field(
-        description="One object per row (runtime: per sample_id, which it repeats) with "
-        "`<target>`, `<target>_p10` and `<target>_p90` (null where no prediction exists) and, "
-        "from models that say what they know, `flags`: what the model had not seen for this "
-        "row (e.g. `new_job`, `new_gpu_type`, `extrapolated_gpus`; the vocabulary is "
-        "perfcast.predictor.base.FLAGS), empty when nothing."
-    )
+    targets: list[str] = Field(description="the task's target columns, predicted per row")
+    predictions: list[dict[str, float | str | list[str] | None]]
 
-    model_config = ConfigDict(
-        json_schema_extra={
-            "examples": [
-                {
-                    "task": "scaling",
-                    "model": {
-                        "task": "scaling",
-                        "family": "gbm",
-                        "version": "1",
-                        "run_id": "014bff02c1f5",
-                    },
-                    "targets": ["step_time_s"],
-                    "predictions": [
-                        {"step_time_s": 0.52, "step_time_s_p10": 0.49, "step_time_s_p90": 0.56}
-                    ],
-                }
+
+FLAGS = (
+    "What the model had not seen for this row (e.g. `new_job`, `new_gpu_type`, "
+    "`extrapolated_gpus`; the vocabulary is perfcast.predictor.base.FLAGS), empty when "
+    "nothing; absent from models that do not flag."
+)
+_QUANTILES = (("", "the prediction (median)"), ("_p10", "10th percentile"),
+              ("_p90", "90th percentile"))  # fmt: skip
+
+
+def _prediction_type(task: str) -> type:
+    fields: dict[str, object] = {}
+    if task in PER_SAMPLE_TASKS:
+        fields["sample_id"] = Required[Annotated[str, Field(description="The sample predicted.")]]
+    for target in TASK_TABLES[task][1]:
+        doc = column(target)
+        for suffix, what in _QUANTILES:
+            description = f"{doc.description[0].upper()}{doc.description[1:]}, {what}; null "
+            fields[target + suffix] = Required[
+                Annotated[
+                    float | None,
+                    Field(
+                        description=f"{description}where no prediction exists. Unit: {doc.unit}.",
+                        json_schema_extra={"x-unit": doc.unit},
+                    ),
+                ]
             ]
-        }
+    fields["flags"] = NotRequired[Annotated[list[str], Field(description=FLAGS)]]
+    prediction = TypedDict(f"{task.capitalize()}Prediction", fields, total=False)  # type: ignore[misc]
+    prediction.__doc__ = (
+        "One row's prediction" if task not in PER_SAMPLE_TASKS else "One sample's prediction"
+    ) + " with its p10-p90 interval."
+    return prediction
+
+
+def _predict_models(task: str) -> tuple[type[_Model], type[PredictResponse]]:
+    """The request and response models of `POST /v1/predict/<task>`."""
+    name, kind = task.capitalize(), TASK_TABLES[task][0]
+    per = "sample_id (one answer per sample)" if task in PER_SAMPLE_TASKS else "row"
+    rows = Annotated[list[ROW_TYPES[task]], Field(min_length=1, max_length=MAX_ROWS)]
+    request = type(
+        f"{name}PredictRequest",
+        (_Model,),
+        {
+            "__module__": __name__,
+            "__doc__": f"Up to {MAX_ROWS:,} {kind}-table rows to predict, one answer per {per}.",
+            "__annotations__": {"rows": rows},
+            "rows": Field(description=f"{kind}-contract rows without the target columns"),
+            "model_config": ConfigDict(
+                extra="forbid", json_schema_extra={"examples": [{"rows": [example_row(task)]}]}
+            ),
+        },
     )
+    response = type(
+        f"{name}PredictResponse",
+        (PredictResponse,),
+        {
+            "__module__": __name__,
+            "__doc__": f"Predictions of {', '.join(TASK_TABLES[task][1])} with p10/p90.",
+            "__annotations__": {"predictions": list[_prediction_type(task)]},
+            "predictions": Field(description=f"one object per {per}, in the order sent"),
+        },
+    )
+    return request, response
+
+
+PREDICT_MODELS = {task: _predict_models(task) for task in TASK_TABLES}
 
 
 # ---- one job: recommend ----------------------------------------------------------------
@@ -127,7 +128,11 @@ class GpuPoolIn(_Model):
     gpu_type: GpuType
     gpus_per_node: Annotated[StrictInt, Field(ge=1, le=64)]
     nodes: Annotated[StrictInt, Field(ge=1, le=4096)]
-    price_per_gpu_hour: NonNegative | None = None
+    price_per_gpu_hour: NonNegative | None = Field(
+        default=None,
+        description="price of one GPU for one hour, in any currency; costs are in that currency",
+        json_schema_extra={"x-unit": "currency/GPU-hour"},
+    )
 
 
 class WorkIn(_Model):
@@ -152,8 +157,12 @@ class RecommendRequest(_Model):
     local_batch_sizes: Annotated[list[BatchSize], Field(min_length=1, max_length=64)]
     objective: Literal["min_time", "min_cost", "max_throughput_per_gpu"] = "min_time"
     work: WorkIn | None = None
-    deadline_s: Positive | None = None
-    max_cost: NonNegative | None = None
+    deadline_s: Positive | None = Field(
+        default=None, description="the job must finish within this many seconds (at p90)"
+    )
+    max_cost: NonNegative | None = Field(
+        default=None, description="most the job may cost, in the currency of price_per_gpu_hour"
+    )
     gpu_counts: Annotated[list[GpuCount], Field(max_length=1024)] | None = Field(
         default=None, description="GPU counts to consider (default: every count)"
     )
@@ -192,6 +201,8 @@ class RecommendRequest(_Model):
 
 
 class Interval(_Model):
+    """A predicted quantity (in the unit its field states) with its p10-p90 interval."""
+
     value: float | None
     p10: float | None
     p90: float | None
@@ -205,14 +216,23 @@ class ConfigOut(_Model):
     placement: str | None = Field(description="GPUs per node as digits; null over 9 per node")
     local_batch_size: int
     global_batch_size: int
-    step_time_s: Interval
-    throughput: Interval = Field(description="samples/s")
-    throughput_per_gpu: float | None
+    step_time_s: Interval = Field(description="seconds per training iteration")
+    throughput: Interval = Field(
+        description="samples per second (global batch ÷ step time)",
+        json_schema_extra={"x-unit": "samples/s"},
+    )
+    throughput_per_gpu: float | None = Field(
+        description="samples per second per GPU", json_schema_extra={"x-unit": "samples/s/GPU"}
+    )
     scaling_efficiency: float | None = Field(
         description="throughput per GPU ÷ the same job's throughput on one GPU (1.0: perfect)"
     )
-    total_time_s: Interval
-    cost: Interval
+    total_time_s: Interval = Field(description="seconds to do the request's work (null: no work)")
+    cost: Interval = Field(
+        description="price_per_gpu_hour × GPUs × total time in hours, in the pool's currency "
+        "(null without a price or work)",
+        json_schema_extra={"x-unit": "currency"},
+    )
     reason: str
     flags: list[str] = Field(
         default_factory=list,
@@ -313,7 +333,7 @@ class AllocateResponse(_Model):
     total_gpus: int
     used_gpus: int
     total_throughput: float = Field(description="sum of the jobs' samples/s")
-    weighted_throughput: float
+    weighted_throughput: float = Field(description="sum of the jobs' samples/s × their weight")
     predicted_jobs: int = Field(description="jobs whose throughput came from the scaling model")
     allocations: list[JobAllocation]
 

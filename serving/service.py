@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 from collections.abc import Awaitable, Callable
 
-import numpy as np
 import pandas as pd
 from starlette.concurrency import run_in_threadpool
 
@@ -16,7 +15,6 @@ from perfcast.predictor.backend import PER_SAMPLE_TASKS, TASK_TABLES, Prediction
 from perfcast.serving import limits, schemas
 from perfcast.serving.batching import PredictionBatcher
 from perfcast.serving.models import ServedModels
-from perfcast.serving.rows import check_types
 from perfcast.serving.settings import Settings
 
 
@@ -25,22 +23,21 @@ def model_ref(models: ServedModels, task: str) -> schemas.ModelRef:
     return schemas.ModelRef(task=task, family=c.family, version=c.version, run_id=c.run_id)
 
 
-def _finite_or_none(frame: pd.DataFrame) -> list[dict[str, object]]:
-    """Records for JSON: NaN and infinities become null (JSON has no NaN)."""
-    numeric = [c for c in frame.columns if pd.api.types.is_numeric_dtype(frame[c])]
-    values = frame[numeric].to_numpy(dtype=float)
-    finite = np.isfinite(values)
-    if not finite.all():
-        values = values.astype(object)
-        values[~finite] = None
-    records = [dict(zip(numeric, row, strict=True)) for row in values.tolist()]
-    for column in (c for c in frame.columns if c not in numeric):  # e.g. runtime's sample_id
-        values = frame[column].tolist()
-        if column == "flags":
+def prediction_records(frame: pd.DataFrame) -> list[dict[str, object]]:
+    """Records for JSON, column by column (a tenth of the time of pandas' row-wise paths):
+    NaN and infinities become null (JSON has no NaN), `flags` a list."""
+    columns = {}
+    for name, series in frame.items():
+        values = series.tolist()
+        if series.dtype.kind == "f":
+            values = [v if math.isfinite(v) else None for v in values]
+        elif name == "flags":
             values = [split_flags(v) for v in values]
-        for record, value in zip(records, values, strict=True):
-            record[column] = value
-    return records
+        else:  # e.g. runtime's sample_id; a missing text value is NaN
+            values = [None if isinstance(v, float) and not math.isfinite(v) else v for v in values]
+        columns[str(name)] = values
+    names = list(columns)
+    return [dict(zip(names, row, strict=True)) for row in zip(*columns.values(), strict=True)]
 
 
 def split_flags(value: object) -> list[str]:
@@ -62,8 +59,6 @@ async def predict(
     """`gone` says whether the client has left (its rows are then dropped from the queue)."""
     ref = model_ref(models, task)  # 503 before any work when there is no model
     limits.check_predict(rows, settings or Settings())
-    # wrong JSON types fail this request here, before its rows join a micro-batch
-    check_types(TASK_TABLES[task][0], rows)
     small = len(rows) <= SMALL
     frame = (
         pd.DataFrame.from_records(rows)
@@ -73,7 +68,9 @@ async def predict(
     out = await batcher.predict(task, frame, gone)
     if task in PER_SAMPLE_TASKS:
         out = out.reset_index()  # one prediction per sample_id: say which
-    predictions = _finite_or_none(out) if small else await run_in_threadpool(_finite_or_none, out)
+    predictions = (
+        prediction_records(out) if small else await run_in_threadpool(prediction_records, out)
+    )
     return schemas.PredictResponse(
         task=task, model=ref, targets=list(TASK_TABLES[task][1]), predictions=predictions
     )

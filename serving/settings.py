@@ -38,6 +38,8 @@ class Settings:
     max_in_flight: int = 64
     # seconds a request body may take to arrive (408 after)
     read_timeout_s: float = 30.0
+    # seconds a request line and headers may take to arrive (408 and the connection closed)
+    header_timeout_s: float = 10.0
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -56,12 +58,13 @@ class Settings:
             raise PerfcastError("PERFCAST_MAX_BODY_MB must be a number of megabytes") from None
         limits = {}
         for field in fields(cls):
-            if not field.name.startswith("max_") and field.name != "read_timeout_s":
+            timeout = field.name.endswith("_timeout_s")
+            if not field.name.startswith("max_") and not timeout:
                 continue
             variable = f"PERFCAST_{field.name.upper()}"
             if field.name == "max_body_bytes" or variable not in os.environ:
                 continue
-            kind = float if field.name == "read_timeout_s" else int
+            kind = float if timeout else int
             try:
                 limits[field.name] = kind(os.environ[variable])
             except ValueError:

@@ -112,7 +112,8 @@ def test_a_row_breaking_the_contract_is_a_422_naming_row_and_column(http) -> Non
     first = r.json()["detail"][0]
     assert first["loc"] == ["body", "rows", 1, "local_batch_size"]
     missing = http.post("/v1/predict/scaling", json={"rows": [{"job": "x"}]})
-    assert missing.status_code == 422 and "gpu_type" in missing.json()["detail"][0]["msg"]
+    assert missing.status_code == 422
+    assert missing.json()["detail"][0]["loc"] == ["body", "rows", 0, "gpu_type"]
 
 
 def test_bad_request_fields_are_422_with_the_field_path(http) -> None:
@@ -130,7 +131,8 @@ def test_a_task_without_a_model_is_a_503_with_the_reason(http) -> None:
     r = http.post("/v1/predict/interference", json={"rows": [row]})
     assert r.status_code == 503
     assert "perfcast train --task interference" in r.json()["reason"]
-    assert http.post("/v1/predict/duration", json={"rows": [{"job_id": "1"}]}).status_code == 503
+    trace_row = {"job_id": "1", "submit_time_s": 0.0, "num_gpus": 4}
+    assert http.post("/v1/predict/duration", json={"rows": [trace_row]}).status_code == 503
 
 
 def test_oversized_bodies_are_refused_with_413(http) -> None:
@@ -223,7 +225,7 @@ def test_health_readiness_and_metrics(http) -> None:
     http.post("/v1/predict/scaling", json={"rows": [ROW, ROW]})
     text = http.get("/metrics").text
     assert (
-        'perfcast_http_requests_total{method="POST",route="/v1/predict/{task}",status="200"}'
+        'perfcast_http_requests_total{method="POST",route="/v1/predict/scaling",status="200"}'
         in text
     )
     champion = model_store.load_champion("scaling")
@@ -252,7 +254,9 @@ def test_client_is_a_prediction_backend_with_the_in_process_shapes(http, local, 
         client.predict("scaling", bad)
     assert err.value.row == 5
     with pytest.raises(ModelUnavailableError):
-        client.predict("interference", pd.DataFrame([{"gpu_type": "v100"}]))
+        pair = {"gpu_type": "v100", "a_job": "x", "a_batch_size": 1, "b_job": "y",
+                "b_batch_size": 1}  # fmt: skip
+        client.predict("interference", pd.DataFrame([pair]))
 
 
 def test_optimizer_gives_the_same_answer_over_http(http, local) -> None:

@@ -1,7 +1,6 @@
 """Big-data jobs from their DAG: `POST /v1/predict/query` (run time of each plan, one answer
 per sample_id) and `POST /v1/recommend/query` (threads/executors and memory that meet a
-deadline at the least cost). Registered before `/v1/predict/{task}` so that the query answer
-says which sample_id each prediction is for."""
+deadline at the least cost). Prediction rows are the typed `plan` rows of `serving/rows.py`."""
 
 from __future__ import annotations
 
@@ -18,14 +17,8 @@ from perfcast.predictor.backend import TASK_TABLES
 from perfcast.serving import service
 from perfcast.serving.dependencies import Models
 from perfcast.serving.models import ServedModels
-from perfcast.serving.schemas import (
-    MAX_ROWS,
-    ModelRef,
-    PredictRequest,
-    PredictResponse,
-    Row,
-    _Model,
-)
+from perfcast.serving.rows import ROW_TYPES
+from perfcast.serving.schemas import MAX_ROWS, PREDICT_MODELS, ModelRef, PredictResponse, _Model
 
 router = APIRouter(prefix="/v1", tags=["query"])
 
@@ -35,8 +28,11 @@ ERRORS = {
 }
 
 
+PlanRow = ROW_TYPES["query"]
+
+
 class QueryRecommendRequest(_Model):
-    rows: Annotated[list[Row], Field(min_length=1, max_length=MAX_ROWS)] = Field(
+    rows: Annotated[list[PlanRow], Field(min_length=1, max_length=MAX_ROWS)] = Field(
         description="One job's plan rows (operators or stages, one sample_id), no target."
     )
     parallelism: Annotated[
@@ -46,9 +42,20 @@ class QueryRecommendRequest(_Model):
         list[Annotated[float, Field(gt=0)] | None], Field(min_length=1, max_length=16)
     ] = Field(default=[None], description="Memory limits to try (MB); null: the default.")
     deadline_s: Annotated[float, Field(gt=0)] | None = None
-    price_per_unit_hour: Annotated[float, Field(ge=0)] = 1.0
-    price_per_gb_hour: Annotated[float, Field(ge=0)] = 0.0
-    default_memory_gb: Annotated[float, Field(ge=0)] = 0.0
+    price_per_unit_hour: Annotated[float, Field(ge=0)] = Field(
+        default=1.0,
+        description="price of one thread/executor for one hour, in any currency (costs are in "
+        "that currency)",
+        json_schema_extra={"x-unit": "currency/unit-hour"},
+    )
+    price_per_gb_hour: Annotated[float, Field(ge=0)] = Field(
+        default=0.0,
+        description="price of one GB of memory for one hour, same currency",
+        json_schema_extra={"x-unit": "currency/GB-hour"},
+    )
+    default_memory_gb: Annotated[float, Field(ge=0)] = Field(
+        default=0.0, description="memory priced for a run without a memory limit (GB)"
+    )
     top_k: Annotated[int, Field(ge=1, le=50)] = 5
 
 
@@ -56,10 +63,14 @@ class QueryCandidate(_Model):
     rank: int
     parallelism: int
     memory_limit_mb: float | None
-    time_s: float
+    time_s: float = Field(description="predicted run time (median), seconds")
     time_s_p10: float
     time_s_p90: float
-    cost: float
+    cost: float = Field(
+        description="time × (units × price_per_unit_hour + memory GB × price_per_gb_hour), "
+        "in the currency of the prices",
+        json_schema_extra={"x-unit": "currency"},
+    )
     reason: str
 
 
@@ -69,8 +80,11 @@ class QueryRecommendResponse(_Model):
     top: list[QueryCandidate]
 
 
-@router.post("/predict/query", response_model=PredictResponse, responses=ERRORS)
-def predict_query(body: PredictRequest, models: Models) -> PredictResponse:
+QueryPredictRequest, QueryPredictResponse = PREDICT_MODELS["query"]
+
+
+@router.post("/predict/query", response_model=QueryPredictResponse, responses=ERRORS)
+def predict_query(body: QueryPredictRequest, models: Models) -> PredictResponse:  # type: ignore[valid-type]
     """Run time (ms, with p10/p90) of each plan in the rows: one answer per sample_id."""
     ref = service.model_ref(models, "query")
     out = models.predict("query", pd.DataFrame.from_records(body.rows)).reset_index()
@@ -78,7 +92,7 @@ def predict_query(body: PredictRequest, models: Models) -> PredictResponse:
         task="query",
         model=ref,
         targets=list(TASK_TABLES["query"][1]),
-        predictions=service._finite_or_none(out),
+        predictions=service.prediction_records(out),
     )
 
 
