@@ -4,25 +4,27 @@ latency, and the simulator's fidelity to a real run.
 Run: `.venv/bin/python -m benchmarks.executor` (writes section `executor` of
 docs/BENCHMARKS.md; `--device-label` names the machine, `--no-fidelity` skips the trace run).
 
-- Time-slicing: the work rate (iterations/s) of two identical MLP jobs (different seeds)
-  time-sliced on one GPU with 200 ms slices vs one of them alone on it, the two phases
-  alternated 5 times; overhead = 1 - median sliced rate / median alone rate (Gandiva: < 2%).
+- Time-slicing: two identical MLP jobs (different seeds) time-sliced on one GPU with 200 ms
+  slices; over a 3 s window, the window minus the time their steps took (each job measures
+  its own), per switch: the time a switch loses, also in iterations (Gandiva: < 2%).
 - Suspend / resume latency: request to acknowledged at a mini-batch boundary (suspend waits
   for the step in flight), on a running job, 20 times.
 - Migration of a ~25M-parameter MLP to another GPU: request to restored on the target
-  (the step in flight, checkpoint write + fsync, restore), with a warm spare worker there.
+  (the step in flight, the state through Ray's object store, restore), with a warm spare
+  worker there; the durable checkpoint is written meanwhile.
 - Resize 1 -> 2 -> 1 workers: request to every new worker restored.
 - Fidelity: 20 real ElasticFlow jobs (cluster01, 1-2 GPUs, from its dense second day), times
   scaled down, run for real under `fifo` on 4 GPUs and in `perfcast simulate` on the same
   scaled trace; average JCT compared.
-Timings are medians over `--repeats` runs; the machine is shared (2 CPU cores here), so they
-are noisy.
+Every measure runs once per repeat (`--repeats`, interleaved, so the machine's load hits all
+alike); results are medians with their range.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -105,32 +107,36 @@ def iterations_per_s(b: Bench, job_ids: list[str], window_s: float) -> float:
     return (n1 - n0) / (t1 - t0)
 
 
-def timeslice_overhead(
-    b: Bench, spec: JobSpec, cycles: int = 5, window_s: float = 2.0
-) -> dict[str, float]:
-    """Work rate of two jobs time-sliced on one GPU vs one of them alone there. The two
-    phases alternate `cycles` times (the second job is suspended for the alone phase) and
-    medians are compared, so that the machine's load hits both alike."""
+def timeslice_loss(b: Bench, spec: JobSpec, window_s: float = 3.0) -> dict[str, float]:
+    """Two jobs time-sliced on one GPU with 200 ms slices, over a window: the time their steps
+    took (each job measures its own, suspended time excluded) against the window. The rest,
+    per switch, is the time a switch loses, given in iterations of the window's mean step.
+    One run, no comparison with a separate job-alone rate (two noisy rates whose difference
+    was noise). Negative: the incoming job's first step overlapped the outgoing one's last."""
     a, c = (b.submit(spec.model_copy(update={"seed": seed})) for seed in (1, 2))
     gpu = ((0, 1),)
-    b.ex.run(a, gpu, SLICE_JOB.batch_size, "exclusive")
-    b.ex.run(c, gpu, SLICE_JOB.batch_size, "timeslice")
+    b.ex.run(a, gpu, spec.batch_size, "exclusive")
+    b.ex.run(c, gpu, spec.batch_size, "timeslice")
     b.ex.wait_until(c, 20)
-    alone, sliced, switches = [], [], 0
-    for _ in range(cycles):
-        b.ex.suspend(c)
-        alone.append(iterations_per_s(b, [a], window_s))
-        b.ex.run(c, gpu, SLICE_JOB.batch_size, "timeslice")
-        before = b.ex.slicer.switches
-        sliced.append(iterations_per_s(b, [a, c], window_s))
-        switches += b.ex.slicer.switches - before
+
+    def snapshot() -> tuple[float, int, float, int]:
+        statuses = ray.get([b.ex.live[j].workers[0].status.remote() for j in (a, c)])
+        busy = sum((s["mean_step_time_s"] or 0.0) * s["steps_measured"] for s in statuses)
+        steps = sum(s["steps_measured"] for s in statuses)
+        return time.perf_counter(), b.ex.slicer.switches, busy, steps
+
+    t0, s0, busy0, n0 = snapshot()
+    time.sleep(window_s)
+    t1, s1, busy1, n1 = snapshot()
     b.stop(c)
     b.stop(a)
+    step = (busy1 - busy0) / (n1 - n0)
+    lost = ((t1 - t0) - (busy1 - busy0)) / (s1 - s0)
     return {
-        "alone_it_s": median(alone),
-        "sliced_it_s": median(sliced),
-        "overhead": 1 - median(sliced) / median(alone),
-        "switches_per_s": switches / (cycles * window_s),
+        "lost_iterations": lost / step,
+        "lost_ms": 1000 * lost,
+        "step_ms": 1000 * step,
+        "switches_per_s": (s1 - s0) / (t1 - t0),
     }
 
 
@@ -237,8 +243,10 @@ def median(values: list[float]) -> float:
     return statistics.median(values)
 
 
-def runs(values: list[float], fmt: str) -> str:
-    return ", ".join(fmt.format(v) for v in values)
+def spread(values: list[float], fmt: str, unit: str = "") -> str:
+    """Median, then the range over the repeats: `1.2 s (0.9-1.5, n=5)`."""
+    f = fmt.format
+    return f"{f(median(values))}{unit} ({f(min(values))}-{f(max(values))}, n={len(values)})"
 
 
 def latency_ms(values: list[float]) -> str:
@@ -246,9 +254,24 @@ def latency_ms(values: list[float]) -> str:
     return f"{1000 * median(values):.1f} / {1000 * p90:.1f} ms"
 
 
+def timeslice_rows(label: str, runs_: list[dict[str, float]]) -> list[tuple[str, str, str]]:
+    lost = [r["lost_iterations"] for r in runs_]
+    overhead = [100 * r["lost_ms"] / 200 for r in runs_]  # of each 200 ms slice
+    return [
+        (f"time-slicing, {label}: iterations lost per switch", spread(lost, "{:+.2f}"),
+         "about 0 (Gandiva: < 2% of a slice)"),
+        ("  time lost per switch / share of a 200 ms slice",
+         f"{spread([r['lost_ms'] for r in runs_], '{:+.1f}', ' ms')} / "
+         f"{median(overhead):+.1f}%", ""),
+        ("  step / switches per second",
+         f"{median([r['step_ms'] for r in runs_]):.1f} ms / "
+         f"{median([r['switches_per_s'] for r in runs_]):.1f}", ""),
+    ]  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--no-fidelity", action="store_true")
     parser.add_argument("--time-scale", type=float, default=0.005)
     parser.add_argument("--device-label", default="CPU (logical Ray GPUs)")
@@ -267,10 +290,10 @@ def main() -> None:
         root = Path(tmp)
         bench = Bench(root)
         slices, bound, suspends, resumes, migrations, resizes, costs = ([] for _ in range(7))
-        for r in range(args.repeats):
+        for r in range(args.repeats):  # every measure once per repeat: load hits all alike
             print(f"repeat {r + 1}/{args.repeats}", file=sys.stderr)
-            slices.append(timeslice_overhead(bench, SLICE_JOB))
-            bound.append(timeslice_overhead(bench, DEVICE_BOUND_JOB))
+            bound.append(timeslice_loss(bench, DEVICE_BOUND_JOB))
+            slices.append(timeslice_loss(bench, SLICE_JOB))
             s, u = suspend_resume(bench)
             suspends += s
             resumes += u
@@ -282,68 +305,47 @@ def main() -> None:
     ray.shutdown()
 
     big_params = num_parameters(build_model(BIG_JOB))
-    overheads = [100 * s["overhead"] for s in slices]
-    bound_overheads = [100 * s["overhead"] for s in bound]
     migrate_s = [m["latency_s"] for m in migrations]
     rows = [
-        (
-            "time-slicing overhead, device-bound steps (fixed 10 ms), 200 ms slices",
-            f"{median(bound_overheads):.1f}% (runs: {runs(bound_overheads, '{:.1f}%')})",
-            "< 2% (Gandiva)",
-        ),
-        (
-            "  iterations/s: one job alone / two jobs time-sliced",
-            f"{median([s['alone_it_s'] for s in bound]):.1f} / "
-            f"{median([s['sliced_it_s'] for s in bound]):.1f}, "
-            f"{median([s['switches_per_s'] for s in bound]):.1f} switches/s",
-            "",
-        ),
-        (
-            "time-slicing overhead, CPU-bound steps (shared 2-core CPU: noisy)",
-            f"{median(overheads):.1f}% (runs: {runs(overheads, '{:.1f}%')})",
-            "< 2% (Gandiva)",
-        ),
-        (
-            "  iterations/s: one job alone / two jobs time-sliced",
-            f"{median([s['alone_it_s'] for s in slices]):.0f} / "
-            f"{median([s['sliced_it_s'] for s in slices]):.0f}, "
-            f"{median([s['switches_per_s'] for s in slices]):.1f} switches/s",
-            "",
-        ),
+        *timeslice_rows("device-bound steps (fixed 10 ms)", bound),
+        *timeslice_rows("CPU-bound steps (shared 2-core CPU)", slices),
         ("suspend latency (median / p90)", latency_ms(suspends), "within a 50-250 ms slice"),
         ("resume latency (median / p90)", latency_ms(resumes), ""),
         (
-            f"migration, {big_params / 1e6:.1f}M-parameter MLP",
-            f"{median(migrate_s):.2f} s (runs: {runs(migrate_s, '{:.2f}')}; step "
-            f"{median([m['step_s'] for m in migrations]):.2f} s, checkpoint "
-            f"{migrations[0]['bytes'] / 2**20:.0f} MiB)",
+            f"migration, {big_params / 1e6:.1f}M-parameter MLP (state in Ray's object store)",
+            f"{spread(migrate_s, '{:.2f}', ' s')}; step "
+            f"{median([m['step_s'] for m in migrations]):.2f} s, state "
+            f"{migrations[0]['bytes'] / 2**20:.0f} MiB",
             "< 1 s (Gandiva)",
         ),
         (
-            "  of which: checkpoint save / load of that state, in-process",
-            f"{median([c['save_s'] for c in costs]):.2f} s / "
-            f"{median([c['load_s'] for c in costs]):.2f} s",
+            "  for comparison: checkpoint file save / load of that state, in-process",
+            f"{spread([c['save_s'] for c in costs], '{:.2f}', ' s')} / "
+            f"{spread([c['load_s'] for c in costs], '{:.2f}', ' s')}",
             "",
         ),
-        ("resize 1 -> 2 workers", f"{median([r['up_s'] for r in resizes]):.2f} s", ""),
-        ("resize 2 -> 1 workers", f"{median([r['down_s'] for r in resizes]):.2f} s", ""),
+        ("resize 1 -> 2 workers", spread([r["up_s"] for r in resizes], "{:.2f}", " s"), ""),
+        ("resize 2 -> 1 workers", spread([r["down_s"] for r in resizes], "{:.2f}", " s"), ""),
     ]
     if fid:
         rows.append((
             "simulator fidelity: avg JCT real vs simulated (fifo, 20 ElasticFlow jobs, 4 GPUs)",
             f"{fid['real_avg_jct_s']:.1f} s vs {fid['sim_avg_jct_s']:.1f} s: "
             f"{100 * fid['error']:+.1f}% (makespan {fid['real_makespan_s']:.1f} vs "
-            f"{fid['sim_makespan_s']:.1f} s)", "within 15%",
+            f"{fid['sim_makespan_s']:.1f} s; one run)", "within 15%",
         ))  # fmt: skip
     else:
         rows.append(("simulator fidelity", "not run (--no-fidelity)", "within 15%"))
     table = "| measure | result | target |\n|---|---|---|\n" + "\n".join(
         f"| {a} | {b} | {c} |" for a, b, c in rows
     )
+    load = os.getloadavg()
     body = (
-        f"Device: {args.device_label}. Medians over {args.repeats} repeats (suspend/resume: "
-        f"{len(suspends)} samples). The machine is shared with other work, so the figures are "
-        "noisy; see docs/executor.md for what each one measures.\n\n" + table
+        f"Device: {args.device_label}. Each measure once per repeat, {args.repeats} repeats "
+        f"interleaved; median (min-max over the repeats). Suspend/resume: {len(suspends)} "
+        f"samples. Load average at the end: {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} (1 / "
+        "5 / 15 min) on a machine shared with other work; see docs/executor.md for what each "
+        "figure measures.\n\n" + table
     )
     path = write_section("executor", "Live executor (Ray)", COMMAND, body)
     print(body)
