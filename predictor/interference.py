@@ -46,6 +46,7 @@ class InterferencePredictor(TaskPredictor):
 
     def _fit(self, rows: pd.DataFrame) -> Self:
         self.features_ = InterferenceFeatures().fit(rows)
+        self.testbeds_ = set(_testbeds(rows)) - {""}
         self.regressor_ = make_regressor(self.model, random_state=self.random_state).fit(
             self._both_sides(rows, self.features_.transform), _log_speeds(rows)
         )
@@ -57,6 +58,13 @@ class InterferencePredictor(TaskPredictor):
     def _predict_interval(self, rows: pd.DataFrame) -> pd.DataFrame:
         known = self.features_.known_pair(rows)
         share, from_counters = self.features_.evidence(rows[~known])
+        # A new workload measured on a testbed of the training pairs (same source, same GPU
+        # type) gets the slowdown learned there in full unless its counters say otherwise:
+        # that testbed's pairs are the evidence of how its workloads contend. A pair from
+        # anywhere else keeps the hedge toward 1.0.
+        testbeds = list(getattr(self, "testbeds_", ()))  # models saved before had none
+        on_testbed = np.isin(_testbeds(rows[~known]), testbeds)
+        share = np.where(on_testbed & ~from_counters, 1.0, share)
         sides = []
         for side in ("a", "b"):
             lo, mid, hi = (np.empty(len(rows)) for _ in range(3))
@@ -103,6 +111,16 @@ class InterferencePredictor(TaskPredictor):
     @staticmethod
     def _both_sides(rows: pd.DataFrame, features) -> pd.DataFrame:
         return pd.concat([features(rows, "a"), features(rows, "b")], ignore_index=True)
+
+
+def _testbeds(rows: pd.DataFrame) -> np.ndarray:
+    """Each pair's measurement testbed, `source|gpu_type` ("" where the rows name no source:
+    never a training testbed)."""
+    if "source" not in rows.columns:
+        return np.full(len(rows), "", dtype=object)
+    source = rows["source"].astype("string")
+    testbed = source + "|" + rows["gpu_type"].astype("string")
+    return testbed.fillna("").to_numpy(dtype=object)
 
 
 def _log_speeds(rows: pd.DataFrame) -> np.ndarray:

@@ -40,10 +40,11 @@ def _mae_and_coverage(model, rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray
 
 
 def test_unseen_pairs_beat_no_interference_by_a_quarter(pairs: pd.DataFrame) -> None:
-    """The issue's target on Gavel's own pairs of unseen workloads. (The Gavel training mean,
-    speed 0.6 for everyone, is not the bar: it is Gavel's slowdown, which another cluster's
-    lighter workloads do not share, and the shrinkage toward 1.0 gives some of it up.)"""
-    errors, covered = [], []
+    """The issue's target on Gavel's own pairs of unseen workloads. Measured on the testbed of
+    the training pairs (same source and GPU type), they get its learned slowdown in full, and
+    so also beat the training mean (speed 0.6 for everyone), which the hedge toward 1.0 lost
+    to (MAE 0.175 against 0.136)."""
+    errors, covered, train_means = [], [], []
     for train, test in folds(pairs, "interference", "job"):
         model = make_predictor("interference", "gbm").fit(pairs.iloc[train])
         e, c = _mae_and_coverage(model, pairs.iloc[test])
@@ -51,8 +52,10 @@ def test_unseen_pairs_beat_no_interference_by_a_quarter(pairs: pd.DataFrame) -> 
         covered.append(c)
         constant = np.abs(1.0 - _speeds(pairs.iloc[test])).mean()
         assert e.mean() <= constant, "never worse than no interference, fold by fold"
+        train_means.append(np.abs(_speeds(pairs.iloc[train]).mean() - _speeds(pairs.iloc[test])))
     all_test = pairs.iloc[np.concatenate([t for _, t in folds(pairs, "interference", "job")])]
     assert np.concatenate(errors).mean() < 0.75 * np.abs(1.0 - _speeds(all_test)).mean()
+    assert np.concatenate(errors).mean() < np.concatenate(train_means).mean()
     # p10-p90 should hold about 80% of unseen pairs, not the ~45% a random-row calibration gives
     assert 0.7 <= np.concatenate(covered).mean() <= 0.95
 
@@ -91,6 +94,19 @@ def test_new_workload_slowdown_grows_with_measured_contention(
     if util[0] + util[1] <= 100 and util[2] + util[3] <= 100:
         assert np.allclose(base[["a_speed", "b_speed"]], 1.0)
         assert np.allclose(base[["a_speed_p90", "b_speed_p90"]], 1.0)
+
+
+def test_a_new_workload_off_the_training_testbed_keeps_the_hedge(general_model) -> None:
+    """Without counters, a new pair from another source (or naming none) is shrunk toward
+    1.0; the same pair from the training pairs' testbed gets the learned slowdown in full."""
+    model, rows = general_model
+    on_testbed = model.predict_interval(rows)
+    elsewhere = model.predict_interval(rows.assign(source="another-paper"))
+    unnamed = model.predict_interval(rows.drop(columns="source"))
+    assert (on_testbed["flags"] == "new_workload").all()
+    for side in ("a_speed", "b_speed"):
+        assert on_testbed[side].iloc[0] < elsewhere[side].iloc[0] <= 1.0
+        assert elsewhere[side].iloc[0] == pytest.approx(unnamed[side].iloc[0])
 
 
 @pytest.fixture(scope="module")
