@@ -18,6 +18,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 from conftest import requires_data
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -40,6 +41,7 @@ pytestmark = [
 ]
 
 WAIT_S = 30  # generous: the machine running the tests may be busy
+SCALING_DATA = "pollux-scaling,measured-cpu-zoo-scaling"
 
 
 def _free_port() -> int:
@@ -68,7 +70,8 @@ def server(live_dir: Path) -> str:
     from perfcast.serving.settings import Settings
     from perfcast.training.trainer import train
 
-    train("scaling", "pollux-scaling", model="gbm")
+    # the zoo measured here too: the live run's MLPs are zoo models, so it predicts their steps
+    train("scaling", SCALING_DATA, model="gbm")
     train("interference", "gavel-interference", model="gbm")
     app = create_app(Settings(tasks=("scaling", "interference")))
     port = _free_port()
@@ -151,9 +154,8 @@ def test_models_page_shows_the_apis_champions(server: str, browser) -> None:
         assert width is not None and 0 < width < 10
     data = {m["task"]: m for m in api}
     scaling_row = browser.find_element(By.CSS_SELECTOR, 'tr[data-task="scaling"]')
-    assert scaling_row.find_element(By.CLASS_NAME, "data").text == "pollux-scaling"
+    assert scaling_row.find_element(By.CLASS_NAME, "data").text == SCALING_DATA
     assert set(data) == {"scaling", "interference"}
-    _screenshot(browser, "ui-models")
 
 
 # ---- ask --------------------------------------------------------------------------------------
@@ -309,7 +311,6 @@ def test_live_page_follows_the_store_without_reload(server: str, browser, live_d
         assert sharing.text == "exclusive"
         kinds = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "#events td.kind")]
         assert "launch" in kinds
-        _screenshot(browser, "ui-live")
 
         # the policy moves mlp-a and time-slices mlp-b with it: the page follows, same page
         store.update_job("mlp-a", gpus=[(1, 0), (1, 1)], iteration=250, samples_done=250 * 32,
@@ -330,6 +331,223 @@ def test_live_page_follows_the_store_without_reload(server: str, browser, live_d
         assert state["counts"] == {"running": 2}
     finally:
         store.close()
+
+
+# ---- a running cluster ------------------------------------------------------------------------
+
+# a small trace: two MLPs of the measured zoo at their own pace (the live error counts them),
+# a two-GPU job paced as a trace replay, and one submitted later that waits for two free GPUs
+ZOO_MLP = {"input_dim": 784, "batch_size": 64}
+RUN_JOBS = [
+    {"id": "big", "name": "big", "width": 1024, "depth": 4, **ZOO_MLP, "iterations": 150,
+     "checkpoint_every": 75},
+    {"id": "small", "name": "small", "width": 256, "depth": 3, **ZOO_MLP, "iterations": 400,
+     "checkpoint_every": 200},
+    {"id": "paced", "name": "paced", "num_gpus": 2, "batch_size": 64, "iterations": 120,
+     "min_step_time_s": 0.1, "checkpoint_every": 60},
+    {"id": "late", "name": "late", "num_gpus": 2, "batch_size": 64, "iterations": 40,
+     "min_step_time_s": 0.1, "submit_time_s": 2},
+]  # fmt: skip
+RUN_S = 480  # Ray's start and cold workers take minutes on a loaded machine
+RANK = {"pending": 0, "running": 1, "suspended": 1, "done": 2, "failed": 2}
+
+SNAPSHOT_JS = """
+const done = arguments[arguments.length - 1];
+const rows = (id) => [...document.querySelectorAll("#" + id + " tbody tr")];
+const text = (row, cls) => row.querySelector("." + cls).textContent;
+refresh().then(() => done({
+  state: window.liveState || null,
+  reloaded: window.notReloaded !== true,
+  gpus: rows("gpus").map((r) => ({gpu: r.dataset.gpu, type: text(r, "type"),
+    occupants: text(r, "occupants"), sharing: text(r, "sharing")})),
+  jobs: rows("jobs").map((r) => ({job: r.dataset.job, status: text(r, "status"),
+    iteration: text(r, "iteration"), measured: text(r, "measured"),
+    champion: text(r, "champion")})),
+  events: rows("events").map((r) => ({kind: text(r, "kind"), text: r.innerText})),
+}));
+"""
+
+
+@pytest.fixture(scope="module")
+def cluster_run(tmp_path_factory: pytest.TempPathFactory, server: str):
+    """`perfcast run-trace` on a local Ray cluster of its own (the one Ray start of this module),
+    its state in a folder of its own; yields (process, state folder)."""
+    import subprocess
+    import sys
+
+    folder = tmp_path_factory.mktemp("cluster-run")
+    (folder / "jobs.yaml").write_text(yaml.safe_dump({"jobs": RUN_JOBS}))
+    cmd = [
+        str(Path(sys.executable).parent / "perfcast"), "run-trace", str(folder / "jobs.yaml"),
+        "--policy", "fifo", "--state", str(folder / "state"), "--num-gpus", "4",
+        "--round-s", "0.3", "--json",
+    ]  # fmt: skip
+    log = (folder / "run.log").open("w")
+    process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True)
+    yield process, folder
+    if process.poll() is None:  # the test failed mid-run: let Ray shut down with the driver
+        process.send_signal(2)
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    log.close()
+
+
+def _store_now(path: Path) -> tuple[dict, list[dict]]:
+    from perfcast.scheduler.live.store import JobStore
+
+    store = JobStore(path)
+    try:
+        return {r.job_id: r for r in store.jobs()}, store.events()
+    finally:
+        store.close()
+
+
+def _check_page_against_store(snap: dict, before: tuple, after: tuple) -> None:
+    """The tables equal the JSON they were drawn from; that JSON lies between two readings of
+    the store taken just before the page asked for it and just after it was drawn."""
+    state = snap["state"]
+    assert state["present"] and not snap["reloaded"]
+    jobs = {j["job_id"]: j for j in state["jobs"]}
+    assert [r["job"] for r in snap["jobs"]] == list(jobs)
+    for row in snap["jobs"]:
+        job = jobs[row["job"]]
+        assert row["status"] == job["status"]
+        assert row["iteration"] == f"{job['iteration']} / {job['iterations']}"
+        champion = job["champion"]
+        assert (row["champion"] == "–") == (champion is None)
+        if champion:
+            assert row["champion"].startswith(f"{champion['step_s']:.4g}"[:4])
+    gpus = {f"{g['node']}:{g['gpu']}": g for g in state["gpus"]}
+    assert [g["gpu"] for g in snap["gpus"]] == list(gpus)
+    for row in snap["gpus"]:
+        held = [o["job_id"] for o in gpus[row["gpu"]]["occupants"]]
+        assert row["occupants"] == (", ".join(held) if held else "idle")
+        running = [j for j, v in jobs.items() if v["status"] == "running"
+                   and [int(x) for x in row["gpu"].split(":")] in v["gpus"]]  # fmt: skip
+        assert held == running
+    assert [e["kind"] for e in snap["events"]] == [e["kind"] for e in state["events"]]
+
+    (first, first_events), (last, last_events) = before, after
+    assert set(first) <= set(jobs) <= set(last)
+    for job_id, job in jobs.items():
+        old, new = first.get(job_id), last[job_id]
+        low = RANK[old.status] if old else 0
+        assert low <= RANK[job["status"]] <= RANK[new.status], job_id
+        assert (old.iteration if old else 0) <= job["iteration"] <= new.iteration, job_id
+        if old and (old.status, old.gpus) == (new.status, new.gpus):
+            assert job["status"] == new.status
+            assert [tuple(g) for g in job["gpus"]] == list(new.gpus), job_id
+        if old and old.mean_step_time_s == new.mean_step_time_s:
+            assert job["measured_step_s"] == new.mean_step_time_s
+    # the events shown are the store's latest when it was read: a run of its log, newest first
+    shown = [(e["job_id"], e["kind"], e["detail"]) for e in reversed(state["events"])]
+    log = [(e["job_id"], e["kind"], e["detail"]) for e in last_events]
+    ends = [
+        k
+        for k in range(len(first_events), len(log) + 1)
+        if log[max(k - len(shown), 0) : k] == shown
+    ]
+    assert ends, "the events shown are not the store's latest"
+
+
+def test_live_page_follows_a_running_cluster(
+    server: str, browser, cluster_run, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A real `perfcast run-trace` on Ray: while it runs, every refresh of the page shows the
+    store's GPUs (idle ones too), jobs, iterations and decisions as they are."""
+    process, folder = cluster_run
+    store_path = folder / "state" / "state.db"
+    monkeypatch.setenv("PERFCAST_LIVE_STATE", str(folder / "state"))
+    browser.get(f"{server}/ui/live")
+    browser.execute_script("window.notReloaded = true;")
+    browser.set_script_timeout(WAIT_S)
+    seen: set[str] = set()
+    snapshots = 0
+    deadline = time.monotonic() + RUN_S
+    while process.poll() is None:
+        assert time.monotonic() < deadline, "run-trace did not finish"
+        if not store_path.exists() or not _store_now(store_path)[0]:
+            time.sleep(0.5)
+            continue
+        before = _store_now(store_path)
+        snap = browser.execute_async_script(SNAPSHOT_JS)
+        after = _store_now(store_path)
+        _check_page_against_store(snap, before, after)
+        snapshots += 1
+        statuses = {j["status"] for j in snap["state"]["jobs"]}
+        seen |= statuses
+        if any(r["occupants"] == "idle" for r in snap["gpus"]) and "running" in statuses:
+            seen.add("idle GPU beside a running job")
+        if any(e["kind"] == "launch" for e in snap["events"]):
+            seen.add("launch decision")
+        if {"running", "pending"} <= statuses and "screenshot" not in seen:
+            seen.add("screenshot")
+            _screenshot(browser, "ui-live")
+        time.sleep(0.3)
+    output = (folder / "run.log").read_text()
+    if process.returncode and "cannot reach the Ray cluster" in output:
+        pytest.skip(f"Ray could not start here: {output[-500:]}")
+    assert process.returncode == 0, output[-3000:]
+    summary = json.loads(output.strip().splitlines()[-1])
+    assert summary["finished"] == summary["jobs"] == 4
+    want = {"pending", "running", "done", "idle GPU beside a running job", "launch decision"}
+    assert want <= seen, f"{snapshots} snapshots saw {sorted(seen)}"
+    final = browser.execute_async_script(SNAPSHOT_JS)  # the finished run, same page
+    assert {j["status"] for j in final["state"]["jobs"]} == {"done"}
+    assert len(final["gpus"]) == 4 and {g["occupants"] for g in final["gpus"]} == {"idle"}
+
+
+def test_models_page_shows_the_live_error_of_the_champion(
+    server: str, browser, cluster_run, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The scaling champion's predictions for the run's jobs against the step times their
+    workers measured: the page's figure and the /metrics gauge equal the API's predictions
+    compared with the store's measurements by hand."""
+    from selenium.webdriver.common.by import By
+
+    process, folder = cluster_run
+    if process.poll() is None or process.returncode:
+        pytest.skip("the cluster run did not complete (see the test before)")
+    monkeypatch.setenv("PERFCAST_LIVE_STATE", str(folder / "state"))
+    records, _ = _store_now(folder / "state" / "state.db")
+    counted = {"big": "mlp-w1024-d4-i784", "small": "mlp-w256-d3-i784"}  # unpaced, alone
+    rows = [{"job": counted[j], "gpu_type": "cpu", "num_nodes": 1, "num_gpus": 1,
+             "local_batch_size": 64} for j in counted]  # fmt: skip
+    answer = httpx.post(f"{server}/v1/predict/scaling", json={"rows": rows}).json()
+    predicted = [p["step_time_s"] for p in answer["predictions"]]
+    measured = [records[j].mean_step_time_s for j in counted]
+    errors = [abs(p - m) / m for p, m in zip(predicted, measured, strict=True)]
+    want = 100 * sum(errors) / len(errors)
+
+    browser.get(f"{server}/ui/models")
+    cell = browser.find_element(By.CSS_SELECTOR, 'tr[data-task="scaling"] td.live')
+    assert _num(cell.get_attribute("data-value")) == pytest.approx(want, rel=1e-9)
+    assert cell.get_attribute("data-jobs") == "2"
+    assert cell.get_attribute("data-version") == answer["model"]["version"]
+    assert cell.text.startswith(f"{want:.1f}")
+    assert "2 left out: paced by the trace" in cell.get_attribute("title")
+    other = browser.find_element(By.CSS_SELECTOR, 'tr[data-task="interference"] td.live')
+    assert other.text == "–"
+
+    metrics = httpx.get(f"{server}/metrics").text
+    labels = {"task": "scaling", "family": "gbm", "version": answer["model"]["version"]}
+    gauge = _gauge(metrics, "perfcast_live_prediction_error_ratio", labels)
+    assert gauge == pytest.approx(want / 100, rel=1e-9)
+    assert _gauge(metrics, "perfcast_live_prediction_jobs", labels) == 2
+    _screenshot(browser, "ui-models")
+
+
+def _gauge(text: str, name: str, labels: dict[str, str]) -> float | None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and sample.labels == labels:
+                return sample.value
+    return None
 
 
 # ---- the simulation report --------------------------------------------------------------------

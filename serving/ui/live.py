@@ -3,28 +3,25 @@ store: GPUs and their occupants, jobs, and the latest decisions with their reaso
 
 from __future__ import annotations
 
-import os
+import json
 from pathlib import Path
 from typing import Any
 
-from perfcast.paths import state_dir
 from perfcast.scheduler.live.spec import JobSpec
 from perfcast.scheduler.live.store import JobStore, StoreError
+from perfcast.serving.live_error import job_errors
 
 RECENT_EVENTS = 40
+# the store's record of the cluster's GPU nodes in core node order, [{node_id, gpus, gpu_type}]
+# (the executor's `NodeView` writes it as it sees nodes join)
+NODES_KEY = "ray_nodes"
 # events that are the scheduler's decisions (the executor logs each with its reason/detail)
 DECISIONS = ("launch", "suspend", "resume", "migrate", "resize", "timeslice", "stop", "restart")
 
 
-def default_store_path() -> Path:
-    """Where `perfcast run-trace` keeps its state unless given `--state`
-    (`PERFCAST_LIVE_STATE` points the dashboard at another folder)."""
-    folder = os.environ.get("PERFCAST_LIVE_STATE")
-    return (Path(folder) if folder else state_dir() / "live") / "state.db"
-
-
-def live_state(path: Path) -> dict[str, Any]:
-    """The page's JSON: `present` false (and why) when there is no store at `path`."""
+def live_state(path: Path, champion: object = None) -> dict[str, Any]:
+    """The page's JSON: `present` false (and why) when there is no store at `path`. With the
+    `scaling` champion, each job it predicts gets its predicted step time and interval."""
     if not path.is_file():
         return {
             "present": False,
@@ -39,14 +36,18 @@ def live_state(path: Path) -> dict[str, Any]:
     try:
         records = store.jobs()
         events = store.events()[-RECENT_EVENTS:]
+        nodes = store.get_meta(NODES_KEY)
     finally:
         store.close()
     jobs = [_job(r) for r in records]
+    predicted = _champion_steps(records, champion)
+    for job in jobs:
+        job["champion"] = predicted.get(job["job_id"])
     return {
         "present": True,
         "store": str(path),
         "jobs": jobs,
-        "gpus": _gpus(jobs),
+        "gpus": _gpus(jobs, json.loads(nodes) if nodes else None),
         "events": [
             {**e, "decision": e["kind"] in DECISIONS or e["kind"].startswith("operator")}
             for e in reversed(events)
@@ -79,9 +80,25 @@ def _job(r) -> dict[str, Any]:
     }
 
 
-def _gpus(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each GPU a job holds now, with its occupants (several when packed or time-sliced)."""
+def _champion_steps(records: list, champion: object) -> dict[str, dict[str, float]]:
+    """The champion's step time and p10-p90 for each job the live error counts, by job id."""
+    if champion is None:
+        return {}
+    counted, _ = job_errors(records, champion)
+    return {
+        j.job_id: {"step_s": j.predicted_step_s, "p10_s": j.p10_s, "p90_s": j.p90_s}
+        for j in counted
+    }
+
+
+def _gpus(jobs: list[dict[str, Any]], nodes: list[dict] | None) -> list[dict[str, Any]]:
+    """Every GPU of the cluster's `nodes` (as the executor records them) with its occupants,
+    several when packed or time-sliced, none when idle; without the record (a store of an
+    earlier version), only the GPUs jobs hold."""
     held: dict[tuple[int, int], list[dict[str, str]]] = {}
+    for node, entry in enumerate(nodes or ()):
+        for gpu in range(int(entry["gpus"])):
+            held[(node, gpu)] = []
     for job in jobs:
         if job["status"] != "running":
             continue
@@ -90,6 +107,11 @@ def _gpus(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 {"job_id": job["job_id"], "share": job["share"]}
             )
     return [
-        {"node": node, "gpu": gpu, "occupants": occupants}
+        {
+            "node": node,
+            "gpu": gpu,
+            "type": nodes[node]["gpu_type"] if nodes and node < len(nodes) else None,
+            "occupants": occupants,
+        }
         for (node, gpu), occupants in sorted(held.items())
     ]

@@ -20,11 +20,13 @@ from starlette.concurrency import run_in_threadpool
 from perfcast.errors import PerfcastError
 from perfcast.serving import service
 from perfcast.serving.dependencies import AppSettings, Models
+from perfcast.serving.live_error import TASK as LIVE_TASK
+from perfcast.serving.live_error import default_store_path, live_error
 from perfcast.serving.models import ModelUnavailableError
 from perfcast.serving.ui.ask import AskForm, plot_axes
 from perfcast.serving.ui.champions import trained_on
 from perfcast.serving.ui.charts import pareto_ranks, scatter_svg
-from perfcast.serving.ui.live import default_store_path, live_state
+from perfcast.serving.ui.live import live_state
 
 HERE = Path(__file__).parent
 STATIC = {"style.css": "text/css", "live.js": "text/javascript"}
@@ -55,8 +57,14 @@ async def models_page(request: Request, models: Models) -> HTMLResponse:
             if m.loaded and m.run_id
             else None
         )
-        rows.append({"info": m, "trained": details})
-    return templates.TemplateResponse(request, "models.html", {"page": "models", "rows": rows})
+        live = (
+            await run_in_threadpool(live_error, default_store_path(), models.champion(m.task))
+            if m.loaded and m.task == LIVE_TASK
+            else None
+        )
+        rows.append({"info": m, "trained": details, "live": live})
+    context = {"page": "models", "rows": rows, "store": str(default_store_path())}
+    return templates.TemplateResponse(request, "models.html", context)
 
 
 @router.get("/ask", response_class=HTMLResponse)
@@ -94,5 +102,6 @@ def live_page(request: Request) -> HTMLResponse:
 
 
 @router.get("/live/state.json")
-async def live_json() -> JSONResponse:
-    return JSONResponse(await run_in_threadpool(live_state, default_store_path()))
+async def live_json(models: Models) -> JSONResponse:
+    champion = models.champions().get(LIVE_TASK)  # None: the jobs without its prediction
+    return JSONResponse(await run_in_threadpool(live_state, default_store_path(), champion))

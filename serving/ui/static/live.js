@@ -31,10 +31,13 @@ function draw(state) {
     Object.entries(state.counts).map(([s, n]) => n + " " + s).join(", ") || "no jobs yet";
   fill("gpus", state.gpus, (row, g) => {
     row.dataset.gpu = g.node + ":" + g.gpu;
+    const idle = g.occupants.length === 0;
+    if (idle) row.className = "idle";
     cell(row, g.node);
     cell(row, g.gpu);
-    cell(row, g.occupants.map((o) => o.job_id).join(", "), "occupants");
-    cell(row, [...new Set(g.occupants.map((o) => o.share))].join(", "), "sharing");
+    cell(row, g.type, "type");
+    cell(row, idle ? "idle" : g.occupants.map((o) => o.job_id).join(", "), "occupants");
+    cell(row, idle ? "–" : [...new Set(g.occupants.map((o) => o.share))].join(", "), "sharing");
   });
   fill("jobs", state.jobs, (row, j) => {
     row.dataset.job = j.job_id;
@@ -47,6 +50,9 @@ function draw(state) {
     cell(row, j.progress === null ? "–" : (100 * j.progress).toFixed(0) + "%", "progress");
     cell(row, num(j.measured_step_s, 4), "measured");
     cell(row, num(j.predicted_step_s, 4), "predicted");
+    const c = j.champion;
+    cell(row, c ? num(c.step_s, 4) + " [" + num(c.p10_s, 3) + "–" + num(c.p90_s, 3) + "]" : "–",
+      "champion");
     cell(row, j.attempt);
     cell(row, j.error);
   });
@@ -59,10 +65,18 @@ function draw(state) {
   });
 }
 
+let asked = 0;
+let drawn = 0;
+
 async function refresh() {
+  const ask = ++asked;
   try {
     const response = await fetch("/ui/live/state.json", { cache: "no-store" });
-    draw(await response.json());
+    const state = await response.json();
+    if (ask < drawn) return; // an older answer arriving late: the newer one is on the page
+    drawn = ask;
+    draw(state);
+    window.liveState = state; // what the tables show now (tests compare the two)
     document.getElementById("updated").textContent =
       "Updated " + new Date().toLocaleTimeString() + ".";
   } catch (err) {
