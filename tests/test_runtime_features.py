@@ -94,3 +94,20 @@ def test_graph_families_are_conformalized_on_held_out_devices(
     out = model.predict_interval(graphs[graphs["device"] == HELD_OUT])
     assert (out["e2e_latency_ms_p10"] < out["e2e_latency_ms"]).all()
     assert (out["e2e_latency_ms"] < out["e2e_latency_ms_p90"]).all()
+
+
+def test_stage_one_is_shared_between_families_only_on_the_same_rows(
+    graphs: pd.DataFrame,
+) -> None:
+    """Every family fits the same per-op model and out-of-device bases on the same rows, so
+    they are computed once; rows that differ (here, every node latency doubled) never get
+    another table's."""
+    small = graphs[graphs["device"].isin(["Tesla_T4", "Tesla_P4", "Tesla_P100-PCIE-16GB"])]
+    gbm = make_predictor("runtime", "gbm").fit(small)
+    fcn = make_predictor("runtime", "fcn").fit(small)
+    assert fcn.ops_ is gbm.ops_
+    doubled = make_predictor("runtime", "gbm").fit(small.assign(latency_ms=small["latency_ms"] * 2))
+    assert doubled.ops_ is not gbm.ops_
+    ops = op_table(small)
+    ratio = np.exp(doubled.ops_.model_.predict(doubled.ops_._features(ops)))
+    assert np.median(ratio / np.exp(gbm.ops_.model_.predict(gbm.ops_._features(ops)))) > 1.5
