@@ -38,8 +38,9 @@ import torch
 
 from benchmarks.report import write_section
 from perfcast.scheduler.live.checkpoint import load_checkpoint, save_checkpoint
-from perfcast.scheduler.live.executor import Finished, RayExecutor
+from perfcast.scheduler.live.executor import RayExecutor
 from perfcast.scheduler.live.models import build_model, num_parameters
+from perfcast.scheduler.live.reports import Finished
 from perfcast.scheduler.live.runner import LiveRunner
 from perfcast.scheduler.live.spec import JobSpec
 from perfcast.scheduler.live.store import JobStore

@@ -13,8 +13,9 @@ import torch
 from perfcast.scheduler.core.decisions import Migrate, Run
 from perfcast.scheduler.core.jobs import JobTable
 from perfcast.scheduler.live.checkpoint import latest_checkpoint, load_checkpoint
-from perfcast.scheduler.live.executor import Failed, Finished, RayExecutor
+from perfcast.scheduler.live.executor import RayExecutor
 from perfcast.scheduler.live.hook import TrainingHook
+from perfcast.scheduler.live.reports import Failed, Finished
 from perfcast.scheduler.live.runner import core_job
 from perfcast.scheduler.live.spec import JobSpec
 from perfcast.scheduler.live.store import JobStore

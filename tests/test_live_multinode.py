@@ -15,10 +15,11 @@ from ray._raylet import AuthenticationTokenLoader, Config
 from ray.util import placement_group, placement_group_table, remove_placement_group
 
 from perfcast.scheduler.live.checkpoint import latest_checkpoint, load_checkpoint
-from perfcast.scheduler.live.executor import Finished, RayExecutor
+from perfcast.scheduler.live.executor import RayExecutor
 from perfcast.scheduler.live.hook import TrainingHook
 from perfcast.scheduler.live.local_cluster import LocalCluster, use_token, wait_for_nodes
 from perfcast.scheduler.live.nodes import ExecutorError
+from perfcast.scheduler.live.reports import Finished
 from perfcast.scheduler.live.runner import LiveRunner
 from perfcast.scheduler.live.spec import JobSpec
 from perfcast.scheduler.live.store import JobStore

@@ -20,7 +20,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -34,58 +34,15 @@ from perfcast.scheduler.live.checkpoint import CheckpointError, CheckpointRef, l
 from perfcast.scheduler.live.gang import RPC_TIMEOUT_S, WorkerGang
 from perfcast.scheduler.live.nodes import ExecutorError, NodeView
 from perfcast.scheduler.live.pool import WorkerPool
+from perfcast.scheduler.live.reports import Failed, Finished, Lost, Progress, Report
 from perfcast.scheduler.live.reservations import GpuReservations
+from perfcast.scheduler.live.restarts import RestartBackoff
 from perfcast.scheduler.live.slicer import TimeSlicer
 from perfcast.scheduler.live.spec import JobSpec
 from perfcast.scheduler.live.store import JobStore
 from perfcast.scheduler.live.worker import Assignment
 
 _NAMESPACE_KEY = "ray_namespace"
-
-
-@dataclass(frozen=True)
-class Progress:
-    job_id: str
-    samples_done: int
-    iteration: int
-    last_step_time_s: float | None
-    mean_step_time_s: float | None
-
-
-@dataclass(frozen=True)
-class Finished:
-    job_id: str
-    samples_done: int
-    iteration: int
-    restored_unix: float | None = None  # this attempt's start of training (rank 0)
-    ended_unix: float | None = None
-
-
-@dataclass(frozen=True)
-class Lost:
-    """A job whose workers died with their node: it needs GPUs elsewhere."""
-
-    job_id: str
-
-
-@dataclass(frozen=True)
-class Failed:
-    """A job that failed more than its spec's `max_restarts` times in a row: given up."""
-
-    job_id: str
-    error: str
-
-
-Report = Progress | Finished | Lost | Failed
-
-
-@dataclass
-class _Restart:
-    """A failed job waiting out its backoff before it restarts on `gpus`."""
-
-    due: float  # time.monotonic()
-    gpus: tuple[GpuSlot, ...]
-    global_batch: int
 
 
 def worker_namespace(store: JobStore) -> str:
@@ -118,10 +75,7 @@ class RayExecutor:
         self.pool = WorkerPool(self.nodes, self.namespace, spares_per_node, worker_threads)
         self.live: dict[str, WorkerGang] = {}
         self._reports: list[Report] = []  # found outside `poll`, returned by the next one
-        self._restarts: dict[str, _Restart] = {}  # failed jobs in their backoff
-        # per job: failures in a row, and the checkpoint iteration they restarted from (a
-        # failure after a newer checkpoint starts a new series)
-        self._failures: dict[str, tuple[int, int | None]] = {}
+        self.restarts = RestartBackoff()  # failed jobs: failures in a row, backoffs
         self._corrupt_logged: set[str] = set()
         self.lock = threading.RLock()  # one decision, poll or time-slice switch at a time
         self.slicer = TimeSlicer(self.live, self.lock, slice_s)
@@ -167,7 +121,7 @@ class RayExecutor:
     def suspend(self, job_id: str) -> float:
         """Suspend at the next boundary; returns the latency (request to suspended), s."""
         with self.lock:
-            if self._restarts.pop(job_id, None):  # in its backoff: it just stays down
+            if self.restarts.cancel(job_id):  # in its backoff: it just stays down
                 self.store.update_job(job_id, status="suspended", gpus=())
                 self.store.log(job_id, "suspend", "restart called off")
                 return 0.0
@@ -208,11 +162,14 @@ class RayExecutor:
             if not set(gpus) & set(gang.gpus):
                 gang.call("request_exit", why, handoff=True)
                 ahead = self._launch(job_id, gpus, batch, None, pending=True)
-                # the state in memory, through the object store: the new workers restore it
-                # while the old rank 0 writes the durable checkpoint
+                # the state in memory, through the object store; once every new worker has
+                # fetched it, the old rank 0 writes the durable checkpoint
                 handed = ray.get(gang.workers[0].handoff.remote(), timeout=RPC_TIMEOUT_S)
                 if handed:
-                    ahead.call("hand_over", None, state=handed)
+                    try:
+                        ahead.call("hand_over", None, state=handed)
+                    finally:
+                        gang.workers[0].handoff_taken.remote()
             try:
                 outcomes = self._stop(gang, why)
             except ExecutorError as err:
@@ -276,11 +233,9 @@ class RayExecutor:
             reports: list[Report | None] = list(self._reports)
             self._reports.clear()
             self.pool.top_up()
-            for job_id, restart in list(self._restarts.items()):
-                if time.monotonic() >= restart.due:
-                    del self._restarts[job_id]
-                    ref = self._restore_point(job_id)
-                    self._launch(job_id, restart.gpus, restart.global_batch, ref)
+            for job_id, restart in self.restarts.due():
+                ref = self._restore_point(job_id)
+                self._launch(job_id, restart.gpus, restart.global_batch, ref)
             for gang in list(self.live.values()):
                 ready, _ = ray.wait(gang.joins, num_returns=len(gang.joins), timeout=0)
                 outcomes, failure, died = [], None, False
@@ -381,9 +336,7 @@ class RayExecutor:
             gang.kill()
         ref = self._restore_point(job_id)
         at = ref.iteration if ref else None
-        count, before = self._failures.get(job_id, (0, None))
-        count = count + 1 if at == before else 1
-        self._failures[job_id] = (count, at)
+        count = self.restarts.failure(job_id, at)
         if count > gang.spec.max_restarts:
             self.store.update_job(
                 job_id, status="failed", error=error, gpus=(), workers=(), finish_s=self.clock()
@@ -394,7 +347,7 @@ class RayExecutor:
             self.store.update_job(job_id, status="suspended", gpus=(), workers=(), error=error)
             return Lost(job_id)
         delay = gang.spec.restart_backoff_s * 2 ** (count - 1)
-        self._restarts[job_id] = _Restart(time.monotonic() + delay, gang.gpus, gang.global_batch)
+        self.restarts.schedule(job_id, delay, gang.gpus, gang.global_batch)
         self.store.update_job(job_id, status="restarting", workers=(), error=error)
         where = f"iteration {at}" if ref else "scratch"
         self.store.log(job_id, "restart", f"failure {count} in a row; from {where} in {delay:g} s")
@@ -403,10 +356,8 @@ class RayExecutor:
     def _reschedule_restart(self, job_id: str, gpus: tuple[GpuSlot, ...], batch: int) -> bool:
         """A decision for a job in its restart backoff: it will restart on `gpus` at `batch`
         instead. False if the job is not waiting to restart."""
-        restart = self._restarts.get(job_id)
-        if restart is None:
+        if not self.restarts.redirect(job_id, gpus, batch):
             return False
-        restart.gpus, restart.global_batch = gpus, batch
         self.store.update_job(job_id, gpus=gpus, batch_size=batch)
         return True
 

@@ -20,8 +20,8 @@ introspection the scheduler and the predictors read) and is the only place the s
   moved to host memory so the GPU is free) until `resume`;
 - exit (migrate, resize, stop): rank 0 writes a checkpoint at this iteration and `step`
   returns False; new workers `restore` it on their node, at their size. For a migration the
-  state is first handed to the new workers in memory (`publish`, through Ray's object store):
-  they restore it while rank 0 writes the durable checkpoint.
+  state is first handed to the new workers in memory (`publish`, through Ray's object store);
+  once they have it (`handoff_taken`), rank 0 writes the durable checkpoint.
 Periodic checkpoints every `checkpoint_every` iterations bound the work a crash can lose.
 With several data-parallel workers, rank 0's pending command is broadcast at every boundary so
 all ranks act on the same iteration. When the scheduler runs the job at another global batch
@@ -129,6 +129,7 @@ class TrainingHook:
         self._handoff_wanted = False
         self._handoff: Any = None
         self._handoff_ready = threading.Event()  # published, or the loop ended without
+        self._handoff_taken = threading.Event()  # the new workers have the state
         if not restore_pending:
             self._handed_over.set()
         self.status = HookStatus()
@@ -227,9 +228,12 @@ class TrainingHook:
             command = self._agree_on_command()  # resumed, or asked to exit while suspended
         if command is Command.EXIT or finished:
             state = self._state(iteration)
-            if self._handoff_wanted and not finished and state and self.publish:
-                self._handoff = self.publish(state)  # the new workers load this meanwhile
+            published = self._handoff_wanted and not finished and state and self.publish
+            if published:
+                self._handoff = self.publish(state)
             self._handoff_ready.set()
+            if published:  # the durable file waits: the new workers' restore goes first
+                self._handoff_taken.wait(_HAND_OVER_TIMEOUT_S)
             self._checkpoint(iteration, state)  # durable, for crashes
             self.status.exit_reason = "finished" if finished else self._pending_reason
             self.status.ended_unix = time.time()
@@ -258,6 +262,10 @@ class TrainingHook:
         ended without publishing (it finished, failed, or was not asked to hand off)."""
         self._handoff_ready.wait(timeout_s)
         return self._handoff
+
+    def handoff_taken(self) -> None:
+        """The new workers have the published state: rank 0 may write its checkpoint."""
+        self._handoff_taken.set()
 
     def request_suspend(self, timeout_s: float = 60.0, release_device: bool = True) -> bool:
         """Ask the loop to suspend at its next boundary and wait until it has. False if the

@@ -22,7 +22,8 @@ from perfcast.scheduler.core.cluster import ClusterState
 from perfcast.scheduler.core.decisions import Decision, Migrate, Resize, Run, Suspend
 from perfcast.scheduler.core.jobs import Job, JobStatus
 from perfcast.scheduler.core.loop import SchedulingLoop, SchedulingPolicy, apply_decision
-from perfcast.scheduler.live.executor import Failed, Finished, Lost, Progress, RayExecutor
+from perfcast.scheduler.live.executor import RayExecutor
+from perfcast.scheduler.live.reports import Failed, Finished, Lost, Progress
 from perfcast.scheduler.live.spec import JobSpec
 from perfcast.scheduler.live.store import JobStore
 

@@ -24,6 +24,7 @@ import torch.distributed as dist
 
 from perfcast.scheduler.live.checkpoint import CheckpointRef
 from perfcast.scheduler.live.device import backend_for, bind, worker_device
+from perfcast.scheduler.live.handoff import pack, unpack
 from perfcast.scheduler.live.hook import AlreadyFinished, HookStatus, TrainingHook
 from perfcast.scheduler.live.spec import JobSpec
 
@@ -121,6 +122,12 @@ class TrainingWorker:
         hook = self._wait_for_hook()
         return hook.handoff(timeout_s) if hook else None
 
+    def handoff_taken(self) -> None:
+        """The new workers have fetched the state `handoff` gave: the loop may go on to write
+        its checkpoint and end."""
+        if self._hook:
+            self._hook.handoff_taken()
+
     def hand_over(
         self,
         restore_from: dict[str, Any] | None,
@@ -133,7 +140,7 @@ class TrainingWorker:
         hook = self._wait_for_hook()
         if hook:
             ref = CheckpointRef(**restore_from) if restore_from else None
-            hook.hand_over(ref, cancel, ray.get(state[0]) if state else None)
+            hook.hand_over(ref, cancel, unpack(ray.get(state[0])) if state else None)
 
     def _wait_for_hook(self, timeout_s: float = 60.0) -> TrainingHook | None:
         """The hook of the running loop (it exists once the process group is up)."""
@@ -170,7 +177,7 @@ class TrainingWorker:
                 restore_from=restore,
                 restore_pending=a.restore_pending,
             )
-            hook.publish = lambda state: [ray.put(state)]  # owned by this worker
+            hook.publish = lambda state: [ray.put(pack(state))]  # owned by this worker
             self._hook = hook
             module_name, func_name = spec.entrypoint.split(":")
             getattr(importlib.import_module(module_name), func_name)(a.job_id, spec, hook)
