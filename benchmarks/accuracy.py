@@ -227,13 +227,9 @@ def main() -> None:
     # bounds the run (every family at 80 epochs took over 25 min under load)
     graph = ("gbm", "fcn", "rnn", "gnn")
     graph_params = {f: {"epochs": QUICK_EPOCHS} for f in ("rnn", "gnn")} if args.quick else {}
-    # scaling's headline (leave one cluster out) likewise runs gbm and fcn with --quick; its
-    # other splits then run gbm alone (fcn on all four took well over an hour under load)
-    clusters = ("gbm", "fcn")
     if args.families:
         chosen = args.families.split(",")
         tab, graph = tuple(f for f in tab if f in chosen), tuple(f for f in graph if f in chosen)
-        clusters = tuple(f for f in clusters if f in chosen)
     scaling = _scaling_rows()
     interference = datasets.load("gavel-interference")
     graphs = datasets.load("neusight-graphs")
@@ -243,11 +239,15 @@ def main() -> None:
         interference, datasets.load("measured-cpu-colocation")
     )
     cases = [
-        ("scaling", "scaling", scaling, "leave one cluster out", clusters,
+        ("scaling", "scaling", scaling, "leave one cluster out", tab,
          leave_one_cluster_out_folds(scaling)),
-        ("scaling", "scaling", scaling, "random", tab, folds(scaling, "scaling", "random")),
-        ("scaling", "scaling", scaling, "new GPU, 1-GPU rows only", tab, new_gpu_folds(scaling)),
-        ("scaling", "scaling", scaling, "new job, 1-GPU rows only", tab, new_job_folds(scaling)),
+        *([] if args.quick else [  # --quick: the headline alone (the others: ~25 CPU-min)
+            ("scaling", "scaling", scaling, "random", tab, folds(scaling, "scaling", "random")),
+            ("scaling", "scaling", scaling, "new GPU, 1-GPU rows only", tab,
+             new_gpu_folds(scaling)),
+            ("scaling", "scaling", scaling, "new job, 1-GPU rows only", tab,
+             new_job_folds(scaling)),
+        ]),
         ("interference", "interference", interference, "random", tab,
          folds(interference, "interference", "random")),
         ("interference", "interference", interference, "unseen-job pairs", tab,
@@ -311,7 +311,7 @@ SPLITS = {
     "each GPU type's multi-GPU rows with its one-GPU rows in training, for jobs whose scaling "
     "was measured on another GPU type; new job: 5 groups of jobs, their multi-GPU rows tested "
     "with their one-GPU rows in training. Width: the median p90/p10 of the predicted "
-    "intervals. With --quick, fcn runs on leave one cluster out only.",
+    "intervals. With --quick, leave one cluster out alone.",
     "interference": "Metrics pooled over the folds (random: 5-fold; job: 5 groups of "
     "workloads, both jobs of a test pair unseen; by source: trained on every Gavel pair, tested "
     "on the 7 CPU pairs measured here, every workload new). Both jobs' speeds count as rows. "
