@@ -11,7 +11,8 @@ docs/BENCHMARKS.md; `--device-label` names the machine, `--no-fidelity` skips th
   for the step in flight), on a running job, 20 times.
 - Migration of a ~25M-parameter MLP to another GPU: request to restored on the target
   (the step in flight, the state through Ray's object store, restore), with a warm spare
-  worker there; the durable checkpoint is written meanwhile.
+  worker there; the durable checkpoint is written after the hand-over. The same move through
+  the checkpoint file (save, fsync, load) in the same repeat, for comparison.
 - Resize 1 -> 2 -> 1 workers: request to every new worker restored.
 - Fidelity: 20 real ElasticFlow jobs (cluster01, 1-2 GPUs, from its dense second day), times
   scaled down, run for real under `fifo` on 4 GPUs and in `perfcast simulate` on the same
@@ -170,7 +171,9 @@ def suspend_resume(b: Bench, times: int = 20) -> tuple[list[float], list[float]]
     return suspends, resumes
 
 
-def migration(b: Bench) -> dict[str, float]:
+def migration(b: Bench, handoff: bool = True) -> dict[str, float]:
+    """With `handoff=False`, through the checkpoint file instead of the object store."""
+    b.ex.handoff = handoff
     job = b.submit(BIG_JOB)
     b.ex.run(job, ((0, 0),), BIG_JOB.batch_size, "exclusive")
     status = b.ex.wait_until(job, 3)
@@ -179,6 +182,7 @@ def migration(b: Bench) -> dict[str, float]:
     latency = b.restored_after(job, t0)
     ckpt_bytes = b.store.checkpoints(job)[-1].bytes
     b.stop(job)
+    b.ex.handoff = True
     return {"latency_s": latency, "step_s": status["mean_step_time_s"], "bytes": ckpt_bytes}
 
 
@@ -290,7 +294,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="perfcast-executor-") as tmp:
         root = Path(tmp)
         bench = Bench(root)
-        slices, bound, suspends, resumes, migrations, resizes, costs = ([] for _ in range(7))
+        slices, bound, suspends, resumes, migrations, by_file, resizes, costs = (
+            [] for _ in range(8)
+        )
         for r in range(args.repeats):  # every measure once per repeat: load hits all alike
             print(f"repeat {r + 1}/{args.repeats}", file=sys.stderr)
             bound.append(timeslice_loss(bench, DEVICE_BOUND_JOB))
@@ -299,6 +305,7 @@ def main() -> None:
             suspends += s
             resumes += u
             migrations.append(migration(bench))
+            by_file.append(migration(bench, handoff=False))
             resizes.append(resize(bench))
             costs.append(checkpoint_costs(root))
         bench.ex.shutdown()
@@ -320,7 +327,12 @@ def main() -> None:
             "< 1 s (Gandiva)",
         ),
         (
-            "  for comparison: checkpoint file save / load of that state, in-process",
+            "  the same migration through the checkpoint file (the old path)",
+            spread([m["latency_s"] for m in by_file], "{:.2f}", " s"),
+            "",
+        ),
+        (
+            "  checkpoint file save / load of that state, in-process",
             f"{spread([c['save_s'] for c in costs], '{:.2f}', ' s')} / "
             f"{spread([c['load_s'] for c in costs], '{:.2f}', ' s')}",
             "",

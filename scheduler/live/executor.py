@@ -64,10 +64,14 @@ class RayExecutor:
         slice_s: float = 0.2,
         spares_per_node: int = 0,
         worker_threads: int = 1,
+        handoff: bool = True,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
         self.clock = clock  # the run's clock, for finish times
+        # a migration hands the state over through Ray's object store (False: through the
+        # checkpoint file, e.g. where the object store is too small for it)
+        self.handoff = handoff
         self.checkpoint_dir = Path(checkpoint_dir)
         self.namespace = worker_namespace(store)
         self.nodes = NodeView(store)
@@ -160,7 +164,7 @@ class RayExecutor:
             gang = self._gang(job_id)
             ahead, handed = None, None
             if not set(gpus) & set(gang.gpus):
-                gang.call("request_exit", why, handoff=True)
+                gang.call("request_exit", why, handoff=self.handoff)
                 ahead = self._launch(job_id, gpus, batch, None, pending=True)
                 # the state in memory, through the object store; once every new worker has
                 # fetched it, the old rank 0 writes the durable checkpoint
