@@ -35,6 +35,7 @@ from perfcast.predictor.backend import PredictionBackend
 from perfcast.serving.app import create_app
 from perfcast.serving.client import PerfcastClient, ServiceError
 from perfcast.serving.models import ModelUnavailableError
+from perfcast.serving.schemas import PREDICT_MODELS
 from perfcast.serving.settings import Settings
 from perfcast.training import model_store, trainer
 from perfcast.training.inprocess import InProcessBackend
@@ -83,6 +84,7 @@ def test_predict_scaling_matches_the_in_process_champion(http, local) -> None:
     r = http.post("/v1/predict/scaling", json={"rows": rows})
     assert r.status_code == 200, r.text
     body = r.json()
+    PREDICT_MODELS["scaling"][1].model_validate(body)  # the answer is what OpenAPI says
     champion = model_store.load_champion("scaling")
     assert body["model"]["family"] == champion.family and body["targets"] == ["step_time_s"]
     assert body["model"]["version"] == champion.version
@@ -100,6 +102,7 @@ def test_predict_runtime_answers_once_per_sample(http, graph_rows) -> None:
     rows = json.loads(two.drop(columns=["e2e_latency_ms"]).to_json(orient="records"))
     r = http.post("/v1/predict/runtime", json={"rows": rows})
     assert r.status_code == 200, r.text
+    PREDICT_MODELS["runtime"][1].model_validate(r.json())
     predictions = r.json()["predictions"]
     assert [p["sample_id"] for p in predictions] == list(two["sample_id"].unique())
     assert all(p["e2e_latency_ms"] > 0 for p in predictions)

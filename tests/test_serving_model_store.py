@@ -19,6 +19,7 @@ from perfcast import datasets
 from perfcast.datasets.fetch import shared_data_available
 from perfcast.serving.app import create_app
 from perfcast.serving.models import ServedModels
+from perfcast.serving.rows import example_row
 from perfcast.serving.settings import Settings
 from perfcast.training import model_store, trainer
 
@@ -63,7 +64,7 @@ def test_a_corrupt_champion_fails_alone_and_train_replaces_it(graph_file: Path) 
     assert models.reload() == ["runtime"]
     http = TestClient(create_app(Settings(tasks=("scaling", "runtime")), models))
     assert http.post("/v1/predict/scaling", json={"rows": [ROW]}).status_code == 200
-    r = http.post("/v1/predict/runtime", json={"rows": [{"sample_id": "x"}]})
+    r = http.post("/v1/predict/runtime", json={"rows": [example_row("runtime")]})
     assert r.status_code == 503 and str(pickle) in r.json()["reason"]
     ready = http.get("/readyz").json()
     assert ready["missing"] == ["runtime"] and "python_model.pkl" in ready["reason"]

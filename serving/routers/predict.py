@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Request, Response
 
 from perfcast.predictor.backend import TASK_TABLES
 from perfcast.serving import service
 from perfcast.serving.dependencies import AppSettings, Batcher, Models
-from perfcast.serving.schemas import PREDICT_MODELS, PredictResponse
+from perfcast.serving.schemas import PREDICT_MODELS
 
 router = APIRouter(prefix="/v1/predict", tags=["predict"])
 
@@ -29,7 +29,7 @@ SUMMARIES = {
 }
 
 
-def _endpoint(task: str) -> Callable[..., Awaitable[PredictResponse]]:
+def _endpoint(task: str) -> Callable[..., Awaitable[Response]]:
     request_model, _ = PREDICT_MODELS[task]
 
     async def predict(
@@ -38,7 +38,7 @@ def _endpoint(task: str) -> Callable[..., Awaitable[PredictResponse]]:
         batcher: Batcher,
         settings: AppSettings,
         request: Request,
-    ) -> PredictResponse:
+    ) -> Response:  # the JSON of PREDICT_MODELS[task][1] (response_model: the documentation)
         return await service.predict(
             models, batcher, task, body.rows, settings, gone=request.is_disconnected
         )
