@@ -7,7 +7,10 @@ One cluster for the module (it costs two `ray start`s)."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 import ray
@@ -26,8 +29,9 @@ from perfcast.scheduler.live.store import JobStore
 from perfcast.scheduler.live.training import train
 from perfcast.scheduler.policies import make_policy
 
-SPEC = JobSpec(name="t", iterations=80, width=64, batch_size=32, checkpoint_every=20,
-               min_step_time_s=0.01, config={"lr_step_every": 25})  # fmt: skip
+# steps of at least 80 ms: the jobs still run while `ray status` (seconds) looks at them
+SPEC = JobSpec(name="t", iterations=100, width=64, batch_size=32, checkpoint_every=20,
+               min_step_time_s=0.08, config={"lr_step_every": 25})  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +91,9 @@ def wait_finished(ex: RayExecutor, job_ids: set[str], timeout_s: float = 120) ->
     assert done == job_ids
 
 
-def test_jobs_across_two_raylets_reserve_their_gpus_and_migrate(runner, executor, tmp_path):
+def test_jobs_across_two_raylets_reserve_their_gpus_and_migrate(
+    cluster, runner, executor, tmp_path
+):
     # the raylet that joined is the core's node 1: the cluster grew, node 0 kept its index
     assert runner.loop.cluster.num_nodes == 2 and runner.loop.cluster.total_gpus == 4
     head, second = executor.nodes.node_ids
@@ -97,6 +103,10 @@ def test_jobs_across_two_raylets_reserve_their_gpus_and_migrate(runner, executor
         executor.store.add_job(job_id, SPEC.model_dump(), 0.0)
     executor.run("wide", ((0, 0), (1, 0)), 32, "exclusive")  # one worker per raylet, gloo
     executor.run("solo", ((1, 1),), 32, "exclusive")
+    status = subprocess.Popen(  # what an operator (or an autoscaler) reads
+        [Path(sys.executable).parent / "ray", "status", "--address", cluster.address],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
     assert worker_nodes(executor, "wide") == [head, second]
     assert worker_nodes(executor, "solo") == [second]
     by_name = groups()
@@ -106,6 +116,8 @@ def test_jobs_across_two_raylets_reserve_their_gpus_and_migrate(runner, executor
     assert list(wide["bundles_to_node_id"].values()) == [head, second]
     assert list(solo["bundles_to_node_id"].values()) == [second]
     assert ray.available_resources().get("GPU", 0) == 1  # Ray sees 3 of 4 GPUs reserved
+    shown = status.communicate(timeout=120)[0]
+    assert "/4.0 GPU (0.0 used of 3.0 reserved in placement groups)" in shown, shown
 
     executor.wait_until("solo", 25)
     executor.relaunch("solo", ((0, 1),), 32, "migrate")  # second raylet -> head
