@@ -76,7 +76,10 @@ def start_service(state: Path, policy: str, round_s: float, timeout_s: float = 1
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
             tail = (state / "scheduler.log").read_text(errors="replace")[-2000:]
-            raise ClusterError(f"the scheduler service did not start:\n{tail}")
+            raise ClusterError(
+                f"the scheduler service did not start (`perfcast cluster down` stops what "
+                f"`cluster up` started):\n{tail}"
+            )
         time.sleep(0.2)
     return proc.pid
 
