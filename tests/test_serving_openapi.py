@@ -103,6 +103,18 @@ def test_a_row_missing_a_required_column_is_refused_before_any_model_is_asked(ht
     assert r.json()["detail"][0]["loc"] == ["body", "rows", 1, "gpu_type"]
 
 
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("parallelism", [True]), ("parallelism", ["4"]), ("parallelism", [2.5]),
+     ("top_k", "3"), ("deadline_s", "60"), ("memory_limits_mb", [True])],
+)  # fmt: skip
+def test_the_query_recommendation_takes_numbers_as_numbers(http, field, value) -> None:
+    request = {"rows": [example_row("query")], "parallelism": [1, 2], field: value}
+    r = http.post("/v1/recommend/query", json=request)
+    assert r.status_code == 422, r.text  # refused before any model is asked
+    assert r.json()["detail"][0]["loc"][:2] == ["body", field]
+
+
 # ---- the generated row types, as properties over the contract --------------------------------
 
 _VALUES = {

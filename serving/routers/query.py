@@ -9,7 +9,7 @@ from typing import Annotated
 
 import pandas as pd
 from fastapi import APIRouter
-from pydantic import Field, ValidationError
+from pydantic import Field, StrictInt, ValidationError
 
 from perfcast.errors import PerfcastError
 from perfcast.optimizer.query import QueryPrices, recommend_query
@@ -18,7 +18,15 @@ from perfcast.serving import service
 from perfcast.serving.dependencies import Models
 from perfcast.serving.models import ServedModels
 from perfcast.serving.rows import ROW_TYPES
-from perfcast.serving.schemas import MAX_ROWS, PREDICT_MODELS, ModelRef, PredictResponse, _Model
+from perfcast.serving.schemas import (
+    MAX_ROWS,
+    PREDICT_MODELS,
+    ModelRef,
+    NonNegative,
+    Positive,
+    PredictResponse,
+    _Model,
+)
 
 router = APIRouter(prefix="/v1", tags=["query"])
 
@@ -36,27 +44,27 @@ class QueryRecommendRequest(_Model):
         description="One job's plan rows (operators or stages, one sample_id), no target."
     )
     parallelism: Annotated[
-        list[Annotated[int, Field(ge=1, le=10_000)]], Field(min_length=1, max_length=64)
+        list[Annotated[StrictInt, Field(ge=1, le=10_000)]], Field(min_length=1, max_length=64)
     ] = Field(description="Thread or executor counts to try.")
-    memory_limits_mb: Annotated[
-        list[Annotated[float, Field(gt=0)] | None], Field(min_length=1, max_length=16)
-    ] = Field(default=[None], description="Memory limits to try (MB); null: the default.")
-    deadline_s: Annotated[float, Field(gt=0)] | None = None
-    price_per_unit_hour: Annotated[float, Field(ge=0)] = Field(
+    memory_limits_mb: Annotated[list[Positive | None], Field(min_length=1, max_length=16)] = Field(
+        default=[None], description="Memory limits to try (MB); null: the default."
+    )
+    deadline_s: Positive | None = None
+    price_per_unit_hour: NonNegative = Field(
         default=1.0,
         description="price of one thread/executor for one hour, in any currency (costs are in "
         "that currency)",
         json_schema_extra={"x-unit": "currency/unit-hour"},
     )
-    price_per_gb_hour: Annotated[float, Field(ge=0)] = Field(
+    price_per_gb_hour: NonNegative = Field(
         default=0.0,
         description="price of one GB of memory for one hour, same currency",
         json_schema_extra={"x-unit": "currency/GB-hour"},
     )
-    default_memory_gb: Annotated[float, Field(ge=0)] = Field(
+    default_memory_gb: NonNegative = Field(
         default=0.0, description="memory priced for a run without a memory limit (GB)"
     )
-    top_k: Annotated[int, Field(ge=1, le=50)] = 5
+    top_k: Annotated[StrictInt, Field(ge=1, le=50)] = 5
 
 
 class QueryCandidate(_Model):
