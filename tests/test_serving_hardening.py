@@ -58,12 +58,15 @@ def http(models) -> TestClient:
 class _Server:
     """The app on a real uvicorn server on loopback (connections, timeouts and all)."""
 
-    def __init__(self, app) -> None:
+    def __init__(self, app, http_base: type | None = None) -> None:
         import uvicorn
 
         from perfcast.serving import server
 
         config = server.config(app, app.state.settings, port=0, log_level="error")
+        if http_base is not None:  # uvicorn's other HTTP protocol (h11 instead of httptools)
+            timeout = app.state.settings.header_timeout_s
+            config.http = server.header_timeout_protocol(timeout, http_base)
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
@@ -335,15 +338,19 @@ def _answer_and_close(sock: socket.socket) -> bytes:
     return received
 
 
+@pytest.mark.parametrize("parser", ["httptools", "h11"])
 @pytest.mark.parametrize(
     "half",
     [b"", b"POST /v1/predict/sca", b"POST /v1/predict/scaling HTTP/1.1\r\nHost: t\r\nContent-"],
     ids=["nothing", "half a request line", "headers without their end"],
 )
 def test_a_request_whose_headers_do_not_arrive_is_closed_after_the_header_timeout(
-    models, half
+    models, half, parser
 ) -> None:
-    with _Server(_app(models, header_timeout_s=0.5)) as url:
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    base = H11Protocol if parser == "h11" else None
+    with _Server(_app(models, header_timeout_s=0.5), base) as url:
         port = int(url.rsplit(":", 1)[1])
         with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
             sock.sendall(half)
