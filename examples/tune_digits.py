@@ -8,6 +8,7 @@ Prints the best validation accuracy the search reached by the deadline.
 from __future__ import annotations
 
 import argparse
+import time
 
 import ray
 from ray import tune
@@ -33,6 +34,7 @@ def main() -> None:
         reduction_factor=3,
         backend=InProcessBackend(("scaling",)),  # or PerfcastClient("http://host:8000")
         job={"job": "resnet18-cifar10", "gpu_type": "t4", "local_batch_size": 64},
+        clock_start=time.monotonic(),  # count from now, as Tune's time_budget_s does
     )
     tuner = tune.Tuner(
         tune.with_resources(DigitsTrainable, {"cpu": 1, "gpu": 1}),
