@@ -5,11 +5,11 @@ features, three LightGBM models), so under load one call per request saturates t
 a call runs, new requests of the same task (and the same columns) queue; the next call takes
 them all (up to `max_rows`). A lone request is never delayed: it runs at once. Requests whose
 client has gone are dropped from the queue before their call. Rows reach the batch with their
-JSON types already checked (`rows.check_types`); when a combined call still fails on a row,
-that row's request alone gets the error and the others are answered by one more call, so a
-few bad requests never turn a batch into one call per request. Only tasks whose rows are
-predicted independently of each other are batched (the test suite checks that batched and
-single answers are equal).
+JSON types already checked (the typed rows of `serving/rows.py`); when a combined call
+still fails on a row, that row's request alone gets the error and the others are answered by
+one more call, so a few bad requests never turn a batch into one call per request. Only
+tasks whose rows are predicted independently of each other are batched (the test suite checks
+that batched and single answers are equal).
 """
 
 from __future__ import annotations
