@@ -1,9 +1,12 @@
 """Invariants of the simulator under every policy, over random small synthetic traces
 (hypothesis): a job completes only once its work is done (plus the restarts it paid), and the
-engine's accounting equals the integral of the placements. The minimal stale-event case from
+engine's accounting equals the integral of the placements, and its timeline integrates to the
+busy GPU-seconds. The minimal stale-event case from
 issue 12 is kept as a plain regression test."""
 
 from __future__ import annotations
+
+import itertools
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -68,6 +71,16 @@ def check_invariants(result: SimResult, costs: Costs, *, fixed_size: bool) -> No
     productive = sum(acc.productive_gpu_s.values())
     assert acc.placement_gpu_s == pytest.approx(held, rel=1e-6, abs=1e-6)
     assert acc.placement_gpu_s == pytest.approx(productive + overhead, rel=1e-6, abs=1e-6)
+    # the report's timeline is the same cluster: its GPU integral is the busy GPU-seconds, its
+    # values stay within the cluster and the trace, and it ends empty
+    times = [t for t, _, _ in acc.timeline]
+    assert times == sorted(times)
+    for _, gpus, waiting in acc.timeline:
+        assert 0 <= gpus <= capacity and 0 <= waiting <= len(states)
+    steps = itertools.pairwise(acc.timeline)
+    integral = sum(gpus * (t1 - t0) for (t0, gpus, _), (t1, _, _) in steps)
+    assert integral == pytest.approx(acc.busy_gpu_s, rel=1e-6, abs=1e-6)
+    assert acc.timeline[-1][1:] == (0, 0)
 
 
 @pytest.mark.parametrize("policy", POLICIES)

@@ -8,14 +8,21 @@ import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from scheduler_synthetic import synthetic_workload
 
+from perfcast.scheduler.core.cluster import ClusterSpec
+from perfcast.scheduler.policies import make_policy
+from perfcast.scheduler.sim.engine import simulate
+from perfcast.scheduler.sim.metrics import job_table, summarize
 from perfcast.scheduler.sim.report import (
     ReportError,
     gpus_held,
     load_run,
     queue_length,
     sample_steps,
+    write_report,
 )
+from perfcast.scheduler.sim.run import SimRun, write_outputs
 from perfcast.serving import schemas
 from perfcast.serving.ui.ask import AskForm, FormError
 from perfcast.serving.ui.charts import Point, pareto_front, pareto_ranks, scatter_svg
@@ -116,4 +123,26 @@ def test_report_names_the_missing_file(tmp_path) -> None:
     (tmp_path / "jobs.csv").write_text("job_id\n")
     (tmp_path / "metrics.json").write_text("{not json")
     with pytest.raises(ReportError, match=r"metrics.json: not JSON"):
+        load_run(tmp_path)
+
+
+def test_report_draws_the_simulators_timeline_and_says_when_it_estimates(tmp_path) -> None:
+    # tiresias preempts A for B: a job waiting after its first start, which only the timeline sees
+    workload = synthetic_workload([("A", 0.0, "slow", 1, 1000.0), ("B", 200.0, "slow", 1, 300.0)])
+    result = simulate(
+        workload, ClusterSpec.parse("1x1:v100"), make_policy("tiresias", thresholds=(100.0,))
+    )
+    write_outputs(SimRun(result, summarize(result), job_table(result)), tmp_path)
+    run = load_run(tmp_path)
+    assert run.timeline is not None
+    times, waiting = (run.timeline[c].to_numpy(float) for c in ("time_s", "jobs_waiting"))
+    waiting = sample_steps(times, waiting, np.array([250.0]))
+    assert waiting.tolist() == [1.0]  # A, preempted at 200, waits while B runs
+    page = (tmp_path / "report.html").read_text()
+    assert "from the simulator's timeline" in page and "An estimate" not in page
+
+    (tmp_path / "timeline.csv").unlink()  # a folder written before timelines existed
+    assert "An estimate" in write_report([tmp_path], tmp_path / "old.html").read_text()
+    (tmp_path / "timeline.csv").write_text("t,gpus\n0,1\n")
+    with pytest.raises(ReportError, match=r"timeline.csv: columns"):
         load_run(tmp_path)

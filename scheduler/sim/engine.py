@@ -54,6 +54,14 @@ class Accounting:
     busy_gpu_s: float = 0.0  # integral of GPUs holding at least one job
     productive_gpu_s: dict[str, float] = field(default_factory=dict)
     samples: dict[str, float] = field(default_factory=dict)  # samples run, never capped
+    # (time, GPUs busy, jobs waiting) from each change on: a step function whose GPU integral
+    # is busy_gpu_s, kept for the report's time series
+    timeline: list[tuple[float, int, int]] = field(default_factory=list)
+
+    def record(self, t: float, busy_gpus: int, waiting: int) -> None:
+        """The cluster's state from `t` on; a point only where it changed."""
+        if not self.timeline or self.timeline[-1][1:] != (busy_gpus, waiting):
+            self.timeline.append((t, busy_gpus, waiting))
 
 
 class SimulationError(RuntimeError):
@@ -312,6 +320,7 @@ def simulate(
             stuck = [s.job_id for s in loop.jobs.active.values()][:5]
             raise RuntimeError(f"simulation stalled at {now:.0f}s with jobs waiting: {stuck}")
         t = max(min(candidates), now)
+        acc.record(now, cluster.used_gpus(), loop.jobs.num_waiting)
         acc.placement_gpu_s += cluster.placements * (t - now)
         acc.busy_gpu_s += cluster.used_gpus() * (t - now)
         now = t
@@ -354,6 +363,7 @@ def simulate(
             tick, timer = next_tick(timer), None
         if on_progress:
             on_progress(finished, total)
+    acc.record(now, cluster.used_gpus(), loop.jobs.num_waiting)
     makespan = now - (jobs[0].submit_time_s if jobs else 0.0)
     stats = dict(getattr(policy, "stats", {}))  # e.g. Gandiva's packed and time-sliced starts
     return SimResult(

@@ -1,12 +1,11 @@
 """A simulation's HTML report: one self-contained file (inline SVG, no script, no network) with
-the JCT CDF of one or several runs overlaid, GPUs held and queue length over time, and
+the JCT CDF of one or several runs overlaid, GPUs busy and jobs waiting over time, and
 preemptions per job. Built from what `write_outputs` leaves in a run's folder (metrics.json,
-jobs.csv), so runs of several policies compare by passing their folders.
+jobs.csv, timeline.csv), so runs of several policies compare by passing their folders.
 
-The engine keeps no timeline, so the two time series are rebuilt from the per-job table:
-the queue counts jobs submitted and not yet started for the first time (exact); GPUs held
-spreads each job's attained GPU-seconds evenly over its first start to finish (exact for a
-job never preempted or resized; the run's measured utilization is printed beside it).
+The time series come from the engine's timeline (GPUs holding a job and jobs waiting, at every
+change). A folder written before timelines existed has none; its series are then rebuilt from
+the per-job table and the page says they are an estimate.
 """
 
 from __future__ import annotations
@@ -21,11 +20,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from perfcast.atomic import atomic_write_text
 from perfcast.errors import PerfcastError
 
 COLOURS = ("#1f6feb", "#d1495b", "#2a9d8f", "#e9a23b", "#6c4ab6", "#5c677d")
 GRID_POINTS = 400  # samples of a time series drawn (the step function itself is exact)
 W, H, PAD = 640, 300, 54
+TIMELINE_COLUMNS = ("time_s", "gpus_busy", "jobs_waiting")
 
 
 class ReportError(PerfcastError):
@@ -37,6 +38,7 @@ class RunResult:
     label: str
     summary: dict
     jobs: pd.DataFrame
+    timeline: pd.DataFrame | None = None  # TIMELINE_COLUMNS; None for folders written without
 
 
 def load_run(folder: Path) -> RunResult:
@@ -50,7 +52,12 @@ def load_run(folder: Path) -> RunResult:
         summary = json.loads(metrics.read_text())
     except json.JSONDecodeError as err:
         raise ReportError(f"{metrics}: not JSON ({err})") from None
-    return RunResult(str(summary.get("policy", folder.name)), summary, pd.read_csv(table))
+    timeline = folder / "timeline.csv"
+    steps = pd.read_csv(timeline) if timeline.is_file() else None
+    if steps is not None and list(steps.columns) != list(TIMELINE_COLUMNS):
+        raise ReportError(f"{timeline}: columns {list(steps.columns)}, expected "
+                          f"{list(TIMELINE_COLUMNS)}")  # fmt: skip
+    return RunResult(str(summary.get("policy", folder.name)), summary, pd.read_csv(table), steps)
 
 
 def jct_cdf(jobs: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
@@ -81,6 +88,11 @@ def gpus_held(jobs: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
         ]
     )
     return _steps(changes)
+
+
+def _column(timeline: pd.DataFrame, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """One of the timeline's series as a step function (times, values)."""
+    return timeline["time_s"].to_numpy(float), timeline[name].to_numpy(float)
 
 
 def _steps(changes: pd.Series) -> tuple[np.ndarray, np.ndarray]:
@@ -247,15 +259,36 @@ def render_report(runs: Sequence[RunResult], title: str, total_gpus: int | None 
     end = max(float(r.jobs["finish_s"].max()) if len(r.jobs) else 0.0 for r in runs) or 1.0
     grid = np.linspace(0.0, end, GRID_POINTS)
     cdf = [(r.label, *jct_cdf(r.jobs)) for r in runs]
-    queue = [(r.label, grid, sample_steps(*queue_length(r.jobs), grid)) for r in runs]
-    held = [(r.label, grid, sample_steps(*gpus_held(r.jobs), grid)) for r in runs]
-    if total_gpus:
+    measured = all(r.timeline is not None for r in runs)
+    if measured:
+        held = [
+            (r.label, grid, sample_steps(*_column(r.timeline, "gpus_busy"), grid)) for r in runs
+        ]
+        queue = [
+            (r.label, grid, sample_steps(*_column(r.timeline, "jobs_waiting"), grid)) for r in runs
+        ]
+    else:
+        held = [(r.label, grid, sample_steps(*gpus_held(r.jobs), grid)) for r in runs]
+        queue = [(r.label, grid, sample_steps(*queue_length(r.jobs), grid)) for r in runs]
+    if total_gpus and not measured:
         held = [(label, x, np.minimum(y, total_gpus)) for label, x, y in held]
     preemptions = {
         r.label: {int(k): int(v) for k, v in r.jobs["preemptions"].value_counts().items()}
         for r in runs
     }
     cap = f"; capped at the cluster's {total_gpus} GPUs" if total_gpus else ""
+    held_chart = line_chart(held, "time (s)", "GPUs held", step=measured, ceiling=total_gpus)
+    if measured:
+        held_note = "GPUs holding at least one job, from the simulator's timeline."
+        queue_note = "Jobs submitted and not running (never started, or preempted)."
+    else:
+        held_note = (
+            "An estimate: a run folder without timeline.csv (written by an older perfcast), so "
+            "each job's attained GPU-seconds are spread evenly over its first start to finish "
+            f"(exact for jobs never preempted or resized{cap}); the run's measured utilization "
+            "is in the table."
+        )
+        queue_note = "Jobs submitted and not yet started for the first time."
     header = "".join(f"<th>{escape(r.label)}</th>" for r in runs)
     rows = []
     for key, name, fmt in SUMMARY_FIELDS:
@@ -290,12 +323,10 @@ svg {{ border: 1px solid #d9dee4; background: #fff; }}
 <h2>Job completion time</h2>
 <div id="jct-cdf">{line_chart(cdf, "JCT (s, log scale)", "fraction of jobs", log_x=True)}</div>
 <h2>GPUs held over time</h2>
-<p class="note">An estimate: the simulator keeps no timeline, so each job's attained GPU-seconds
-are spread evenly over its first start to finish (exact for jobs never preempted or resized{cap});
-the run's measured utilization is in the table.</p>
-<div id="gpus-held">{line_chart(held, "time (s)", "GPUs held", ceiling=total_gpus)}</div>
+<p class="note">{held_note}</p>
+<div id="gpus-held">{held_chart}</div>
 <h2>Queue length over time</h2>
-<p class="note">Jobs submitted and not yet started for the first time.</p>
+<p class="note">{queue_note}</p>
 <div id="queue">{line_chart(queue, "time (s)", "jobs waiting", step=True)}</div>
 <h2>Preemptions per job</h2>
 <div id="preemptions">{bar_chart(preemptions, "preemptions of a job", "jobs")}</div>
@@ -314,7 +345,4 @@ def write_report(
         f"{r.summary.get('trace', '?')} / {r.label}" for r in runs
     )
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(render_report(runs, title, total_gpus), encoding="utf-8")
-    tmp.replace(path)
-    return path
+    return atomic_write_text(path, render_report(runs, title, total_gpus))

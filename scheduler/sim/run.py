@@ -13,6 +13,7 @@ from typing import Any
 
 import pandas as pd
 
+from perfcast.atomic import atomic_write_text
 from perfcast.datasets.io import write_table
 from perfcast.predictor.backend import PredictionBackend
 from perfcast.scheduler.core.cluster import ClusterSpec, ClusterState
@@ -23,7 +24,7 @@ from perfcast.scheduler.sim import hpsearch
 from perfcast.scheduler.sim.costs import Costs
 from perfcast.scheduler.sim.engine import ProgressCallback, SimResult, simulate
 from perfcast.scheduler.sim.metrics import job_table, plot_jct_cdf, summarize
-from perfcast.scheduler.sim.report import write_report
+from perfcast.scheduler.sim.report import TIMELINE_COLUMNS, write_report
 from perfcast.scheduler.sim.workload import Workload, build_workload, load_catalogs, read_trace
 
 
@@ -103,15 +104,17 @@ def run_simulation(
 
 
 def write_outputs(run: SimRun, out: Path) -> list[Path]:
-    """The run's metrics (JSON), per-job table (CSV), JCT CDF (PNG) and HTML report under `out`."""
+    """The run's metrics (JSON), per-job table and timeline (CSV), JCT CDF (PNG) and HTML report
+    under `out`, each written atomically."""
     out.mkdir(parents=True, exist_ok=True)
-    metrics = out / "metrics.json"
-    tmp = metrics.with_suffix(".tmp")
-    tmp.write_text(json.dumps(run.summary, indent=2))
-    tmp.replace(metrics)
+    metrics = atomic_write_text(out / "metrics.json", json.dumps(run.summary, indent=2))
     jobs = write_table(run.jobs, out / "jobs.csv")
+    timeline = write_table(
+        pd.DataFrame(run.result.accounting.timeline, columns=list(TIMELINE_COLUMNS)),
+        out / "timeline.csv",
+    )
     title = f"{run.summary['trace']} - {run.summary['policy']}"
     plot = plot_jct_cdf({str(run.summary["policy"]): run.jobs}, out / "jct_cdf.png", title)
     # from the files above (one HTML file, no server needed)
     report = write_report([out], out / "report.html", total_gpus=run.result.cluster.total_gpus)
-    return [metrics, jobs, plot, report]
+    return [metrics, jobs, timeline, plot, report]
