@@ -4,6 +4,7 @@ own folder, never another's; the placement strategy of a gang; the service's pid
 from __future__ import annotations
 
 import subprocess
+import sys
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -33,8 +34,11 @@ def test_stop_ends_the_processes_of_its_folder_and_no_other(tmp_path):
     mine, other = tmp_path / "mine", tmp_path / "mine2"
     for folder in (mine, other):
         folder.mkdir()
-    ours = subprocess.Popen(["bash", "-c", "sleep 60; true", f"--session-dir={mine}/session_1"])
-    theirs = subprocess.Popen(["bash", "-c", "sleep 60; true", f"--session-dir={other}/session_1"])
+    # processes that never fork: a shell's child, between fork and exec, would carry the
+    # folder in its command line too (and be ended, rightly, but counted twice here)
+    sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
+    ours = subprocess.Popen([*sleeper, f"--session-dir={mine}/session_1"])
+    theirs = subprocess.Popen([*sleeper, f"--session-dir={other}/session_1"])
     try:
         cluster = LocalCluster("127.0.0.1:1", str(mine), str(tmp_path / "token"))
         assert [p.pid for p in cluster.processes()] == [ours.pid]
