@@ -150,7 +150,10 @@ class ScalingPredictor(TaskPredictor):
         lo = np.where(unseen, np.fmin(lo, mid / UNSEEN_SPREAD), lo)
         hi = np.where(unseen, np.fmax(hi, mid * UNSEEN_SPREAD), hi)
         per_node = X["gpus_per_node"].to_numpy(dtype="int64")
+        raw = mid
         mid, flags["monotonic_guard"] = self._monotonic(rows, per_node, mid, flags["measured"])
+        # a raised p50 carries its p90 up with it: the interval keeps its relative width
+        hi = hi * np.where(flags["monotonic_guard"], mid / raw, 1.0)
         lo, hi = np.fmin(lo, mid), np.fmax(hi, mid)
         frame = interval_frame(self.targets, rows.index, [(lo, mid, hi)])
         frame["flags"] = flags_column(
