@@ -58,19 +58,21 @@ MODEL_PARAMS_M: dict[str, float] = {
 }
 
 
+def most_on_one_node(placement: object) -> float:
+    """GPUs on the fullest node of a placement string of per-node digits ("422" -> 4); NaN
+    when it is not one. The largest digit of a string of digits is its largest character."""
+    if isinstance(placement, str) and placement.isdigit():
+        return int(max(placement))
+    return np.nan
+
+
 def gpus_per_node_of(rows: pd.DataFrame) -> pd.Series:
     """Largest number of GPUs on one node (from `placement` when given, else even spread)."""
     even = np.ceil(rows["num_gpus"] / rows["num_nodes"])
     if "placement" not in rows.columns:
         return even.astype("int64")
     placements = rows["placement"]
-    # the largest digit of a string of digits is its largest character
-    biggest = placements.map(
-        {
-            p: int(max(p)) if isinstance(p, str) and p.isdigit() else np.nan
-            for p in placements.dropna().unique()
-        }
-    )
+    biggest = placements.map({p: most_on_one_node(p) for p in placements.dropna().unique()})
     return biggest.fillna(even).astype("int64")
 
 

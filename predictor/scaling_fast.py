@@ -27,6 +27,7 @@ from perfcast.features.scaling import (
     DesignInputs,
     ScalingFeatures,
     design,
+    most_on_one_node,
     ring_time_per_byte,
     sync_seconds,
 )
@@ -57,8 +58,8 @@ def gpus_per_node(gpus: list[int], nodes: list[int], placements: list | None) ->
     """`features.scaling.gpus_per_node_of` row by row."""
     out = []
     for i, (g, n) in enumerate(zip(gpus, nodes, strict=True)):
-        p = placements[i] if placements is not None else None
-        out.append(int(max(p)) if isinstance(p, str) and p.isdigit() else math.ceil(g / n))
+        most = most_on_one_node(placements[i]) if placements is not None else np.nan
+        out.append(math.ceil(g / n) if math.isnan(most) else int(most))
     return out
 
 
