@@ -27,7 +27,7 @@ from perfcast.training.evaluation import choose_family, fit_and_score, score
 
 # what `perfcast serve` trains when a task has no champion (shipped public data)
 DEFAULT_DATA = {
-    "scaling": "pollux-scaling,gavel-scaling,muri-scaling",
+    "scaling": "pollux-scaling,gavel-scaling,muri-scaling,sia-scaling",
     "interference": "gavel-interference",
     "runtime": "neusight-graphs",
     "query": "decima-tpch-stages,measured-cpu-tpch-sweep",

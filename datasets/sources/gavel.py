@@ -151,9 +151,10 @@ def _solo_rows(manifest_path: str, *, consolidated_only: bool) -> pd.DataFrame:
     "or V100 GPUs, on one server or spread one GPU per server (Gavel's simulator table)",
     source=SOURCE,
     files=[SIMULATION],
+    version=2,  # rows name their cluster (features.devices.INTERCONNECTS)
 )
 def gavel_scaling() -> pd.DataFrame:
-    return _solo_rows(SIMULATION, consolidated_only=False)
+    return _solo_rows(SIMULATION, consolidated_only=False).assign(cluster="gavel")
 
 
 @dataset(

@@ -56,6 +56,7 @@ def _read(path: str) -> pd.DataFrame:
     ),
     source=SOURCE,
     files=[e.path for e in entries(SIMULATOR_TRACES)],
+    version=2,  # rows name their cluster (features.devices.INTERCONNECTS)
 )
 def muri_scaling() -> pd.DataFrame:
     jobs = pd.concat([_read(e.path) for e in entries(SIMULATOR_TRACES)], ignore_index=True)
@@ -75,6 +76,7 @@ def muri_scaling() -> pd.DataFrame:
             "compute_time_s": table["resource_time_1"] * S_PER_MS,
             "comm_time_s": table["resource_time_2"] * S_PER_MS,
             "source": "muri-scaling",
+            "cluster": "muri",
         }
     )
 

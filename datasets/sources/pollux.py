@@ -90,7 +90,7 @@ def _scaling_rows(app: str) -> pd.DataFrame:
         ],
         ignore_index=True,
     )
-    return scaling_frame(both, app, GPU_TYPE)
+    return scaling_frame(both, app, GPU_TYPE, cluster="pollux")
 
 
 def scaling_frame(both: pd.DataFrame, app: str, gpu_type: str, **extra: str) -> pd.DataFrame:
@@ -121,6 +121,7 @@ def scaling_frame(both: pd.DataFrame, app: str, gpu_type: str, **extra: str) -> 
     "placement and local batch size; placement known up to 4 nodes",
     source=SOURCE,
     files=[_trace_file(a, f) for a in WORKLOADS for f in ("placements.csv", "scalability.csv")],
+    version=2,  # rows name their cluster (features.devices.INTERCONNECTS)
 )
 def pollux_scaling() -> pd.DataFrame:
     return pd.concat([_scaling_rows(app) for app in WORKLOADS], ignore_index=True)
