@@ -23,6 +23,7 @@ from perfcast.scheduler.live.checkpoint import (
 from perfcast.scheduler.live.data import ResumableBatchSampler
 from perfcast.scheduler.live.hook import AlreadyFinished, HookStatus, TrainingHook
 from perfcast.scheduler.live.models import build_model
+from perfcast.scheduler.live.shards import ShardedGradients
 from perfcast.scheduler.live.spec import JobSpec, JobSpecError, parse_job
 from perfcast.scheduler.live.state import RngState
 from perfcast.scheduler.live.store import JobStore
@@ -192,3 +193,38 @@ def test_config_reaches_the_loop_and_reports_reach_the_store(tmp_path):
     store.update_job("x", metrics=metrics)
     assert store.job("x").metrics == metrics
     assert JobStore(tmp_path / "state.db").job("x").spec["config"]["lr_gamma"] == 0.1
+
+
+def test_grad_shards_must_split_the_batch_and_the_workers():
+    with pytest.raises(JobSpecError, match="grad_shards 4 cannot be split over 3"):
+        parse_job({"name": "x", "iterations": 2, "batch_size": 12, "num_gpus": 3, "grad_shards": 4})
+    with pytest.raises(JobSpecError, match="not divisible by grad_shards 5"):
+        parse_job({"name": "x", "iterations": 2, "batch_size": 12, "grad_shards": 5})
+    model = build_model(SPEC)
+    with pytest.raises(ValueError, match="over 4 workers"):
+        ShardedGradients(model, 2, rank=0, world_size=4, global_batch=16)
+
+
+@settings(max_examples=20, deadline=None)
+@given(shards=st.sampled_from([1, 2, 4, 8]), seed=st.integers(0, 1000))
+def test_sharded_gradient_is_the_full_batch_gradient(shards, seed):
+    """One worker: the shards' gradients added in order are the full batch's mean-loss
+    gradient (to rounding; one shard: exactly), and the loss is its mean loss."""
+    model = build_model(SPEC)
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(16, SPEC.input_dim, generator=gen)
+    y = torch.randint(0, SPEC.num_classes, (16,), generator=gen)
+
+    def loss_of(xs, ys):
+        return torch.nn.functional.cross_entropy(model(xs), ys)
+
+    full = torch.autograd.grad(loss_of(x, y), list(model.parameters()))
+    loss = ShardedGradients(model, shards, rank=0, world_size=1, global_batch=16).backward(
+        loss_of, x, y
+    )
+    assert loss.item() == pytest.approx(loss_of(x, y).item(), rel=1e-5)
+    for p, g in zip(model.parameters(), full, strict=True):
+        if shards == 1:
+            assert torch.equal(p.grad, g)
+        else:
+            assert torch.allclose(p.grad, g, rtol=1e-5, atol=1e-7)

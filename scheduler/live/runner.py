@@ -24,7 +24,7 @@ from perfcast.scheduler.core.jobs import Job, JobStatus
 from perfcast.scheduler.core.loop import SchedulingLoop, SchedulingPolicy, apply_decision
 from perfcast.scheduler.live.executor import RayExecutor
 from perfcast.scheduler.live.reports import Failed, Finished, Lost, Progress
-from perfcast.scheduler.live.spec import JobSpec
+from perfcast.scheduler.live.spec import JobSpec, check_shards
 from perfcast.scheduler.live.store import JobStore
 
 _CLOCK_KEY = "clock_start_unix"
@@ -213,7 +213,13 @@ class LiveRunner:
                 if extra is None:
                     raise ValueError(f"no {count - len(kept)} free GPUs to grow {job_id}")
                 gpus = kept + extra
-            batch = int(args.get("batch_size") or state.batch_size // state.num_gpus * len(gpus))
+            shards = self.store.job(job_id).spec.get("grad_shards")
+            if shards:  # keeps the global batch: the run keeps its bits (shards.py)
+                batch = int(args.get("batch_size") or state.batch_size)
+                check_shards(shards, batch, len(gpus))
+            else:  # keeps the per-worker batch
+                per_worker = state.batch_size // state.num_gpus
+                batch = int(args.get("batch_size") or per_worker * len(gpus))
             return Resize(job_id, gpus, batch)
         raise ValueError(f"unknown command {kind!r}")
 

@@ -15,6 +15,15 @@ class JobSpecError(PerfcastError):
     """A job description (YAML or dict) is invalid; the message names the file and field."""
 
 
+def check_shards(shards: int, global_batch: int, world_size: int) -> None:
+    """Refuse a size `grad_shards` cannot be split over: every worker holds whole shards of
+    equal size (see `shards.ShardedGradients`)."""
+    if global_batch % shards:
+        raise ValueError(f"global batch {global_batch} is not divisible by grad_shards {shards}")
+    if shards % world_size:
+        raise ValueError(f"grad_shards {shards} cannot be split over {world_size} workers")
+
+
 class JobSpec(BaseModel):
     """A training job: `iterations` mini-batches of global `batch_size` at `num_gpus` workers,
     that is `total_samples` samples; `lr` is the learning rate at that batch. The scheduler
@@ -49,6 +58,12 @@ class JobSpec(BaseModel):
     restart_backoff_s: float = Field(
         default=1.0, ge=0, description="wait before the first restart; doubles each time"
     )
+    grad_shards: int | None = Field(
+        default=None,
+        ge=1,
+        description="micro-shards of the global batch whose gradients are added in a fixed "
+        "order: bit-identical at any worker count (resize keeping the batch); None: plain DDP",
+    )
     config: dict[str, Any] = Field(
         default_factory=dict, description="the job's own settings, given to its loop as hook.config"
     )
@@ -64,6 +79,8 @@ class JobSpec(BaseModel):
             raise ValueError(
                 f"batch_size {self.batch_size} is not divisible by num_gpus {self.num_gpus}"
             )
+        if self.grad_shards is not None:
+            check_shards(self.grad_shards, self.batch_size, self.num_gpus)
         return self
 
     @property
