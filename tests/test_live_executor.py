@@ -339,3 +339,36 @@ def test_runner_carries_out_operator_commands_through_the_core_loop(executor):
     assert executor.store.command_outcome(refused).startswith("refused")
     step_until(lambda: executor.store.job("op").status == "done", limit=2000)
     assert runner.loop.jobs["op"].samples_done == runner.loop.jobs["op"].job.total_samples
+
+
+def test_a_round_that_raises_is_logged_and_the_next_rounds_go_on(executor):
+    from perfcast.scheduler.live.runner import LiveRunner
+    from perfcast.scheduler.policies import make_policy
+
+    fifo = make_policy("fifo")
+
+    class RaisesOnce:  # fifo, whose first round with a job raises
+        def __init__(self):
+            self.raised = False
+
+        def schedule(self, ctx):
+            if ctx.jobs.waiting() and not self.raised:
+                self.raised = True
+                raise ZeroDivisionError("policy bug in round one")
+            return fifo.schedule(ctx)
+
+        def __getattr__(self, name):
+            return getattr(fifo, name)
+
+    runner = LiveRunner(executor, executor.store, RaisesOnce(), round_s=0.05)
+    runner.submit("oops", SPEC.model_copy(update={"iterations": 20}))
+    for _ in range(600):
+        runner.step()
+        if executor.store.job("oops").status == "done":
+            break
+        time.sleep(0.05)
+    assert executor.store.job("oops").status == "done"
+    assert runner.round_errors == 1
+    (error,) = executor.store.events(None, "round error")
+    assert "ZeroDivisionError: policy bug in round one" in error["detail"]
+    assert "Traceback" in error["detail"] and "schedule" in error["detail"]

@@ -9,10 +9,12 @@ reattached (not started again), the others resume from their last checkpoint.
 
 from __future__ import annotations
 
+import logging
 import math
 import statistics
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -22,12 +24,14 @@ from perfcast.scheduler.core.cluster import ClusterState
 from perfcast.scheduler.core.decisions import Decision, Migrate, Resize, Run, Suspend
 from perfcast.scheduler.core.jobs import Job, JobStatus
 from perfcast.scheduler.core.loop import SchedulingLoop, SchedulingPolicy, apply_decision
+from perfcast.scheduler.core.predictions import JobPredictor
 from perfcast.scheduler.live.executor import RayExecutor
 from perfcast.scheduler.live.reports import Failed, Finished, Lost, Progress
 from perfcast.scheduler.live.spec import JobSpec, check_shards
 from perfcast.scheduler.live.store import JobStore
 
 _CLOCK_KEY = "clock_start_unix"
+log = logging.getLogger(__name__)
 
 
 def clock_start(store: JobStore) -> float:
@@ -85,10 +89,13 @@ class LiveRunner:
         policy: SchedulingPolicy,
         *,
         round_s: float = 0.5,
+        predictor: JobPredictor | None = None,
     ) -> None:
         self.executor, self.store, self.round_s = executor, store, round_s
         cluster = ClusterState(executor.nodes.cluster_spec())
-        self.loop = SchedulingLoop(cluster, policy, executor)
+        # policies that need predictions (elastic, gandiva's packing) decide with `predictor`
+        self.loop = SchedulingLoop(cluster, policy, executor, predictor=predictor)
+        self.round_errors = 0  # rounds that raised: logged, and the service went on
         self.clock_start = clock_start(store)  # a restarted scheduler keeps the run's clock
         executor.clock = self.now
 
@@ -131,7 +138,18 @@ class LiveRunner:
         return counts
 
     def step(self) -> None:
-        """One round: admissions, decisions, then the executor's reports."""
+        """One round: admissions, decisions, then the executor's reports. A round that raises
+        (a policy's bug, a decision the cluster refused) is logged with its traceback in the
+        event log and counted, and the next round goes on: one bad round must not stop the
+        service and leave every job unscheduled."""
+        try:
+            self._round()
+        except Exception:  # whatever it was: the service must survive it
+            self.round_errors += 1
+            log.exception("scheduling round failed")
+            self.store.log(None, "round error", traceback.format_exc(limit=8))
+
+    def _round(self) -> None:
         now = self.now()
         known = set(self.loop.jobs.all)
         arrived = [  # new submissions only: jobs the store already ran are `recover`'s
