@@ -18,9 +18,11 @@ from perfcast.scheduler.live.store import JobStore
 @pytest.fixture(scope="module", autouse=True)
 def ray_cluster():
     # "local": a cluster of our own, even when another user's `ray start` cluster is up
+    # a V100 node: Gandiva packs only where it knows the GPU's memory
     ray.init(
-        address="local", num_cpus=2, num_gpus=4, include_dashboard=False, namespace="perfcast-tests"
-    )
+        address="local", num_cpus=2, num_gpus=4, resources={"accelerator_type:V100": 1},
+        include_dashboard=False, namespace="perfcast-tests",
+    )  # fmt: skip
     yield
     ray.shutdown()
 
@@ -63,6 +65,7 @@ def test_restarted_scheduler_loses_no_job_and_runs_none_twice(tmp_path, policy, 
     first.kill()  # SIGKILL: no cleanup at all
     first.wait()
     before = {r.job_id: r for r in store.jobs()}
+    logged = {job_id: len(store.events(job_id)) for job_id in before}
     assert "running" in {r.status for r in before.values()}
 
     second = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
@@ -71,15 +74,75 @@ def test_restarted_scheduler_loses_no_job_and_runs_none_twice(tmp_path, policy, 
     summary = json.loads(second.stdout.strip().splitlines()[-1])
     assert summary["finished"] == summary["jobs"] == count
     for job_id, old in before.items():
+        if old.status == "running":  # and kept running, never relaunched
+            assert store.job(job_id).attempt == old.attempt
+    _assert_recovered(store, before, logged)
+
+
+def _assert_recovered(store: JobStore, before: dict, logged: dict) -> None:
+    """Every job finished exactly once; those done or running at the kill (`before`, when
+    `logged` events each) were not started again: a running one was reattached before any
+    launch (the policy may move or resize it later); no worker of this state is left."""
+    for job_id, old in before.items():
         record = store.job(job_id)
-        assert record.status == "done" and record.iteration == 60
+        # in samples: elastic may have run it at another batch (more, smaller iterations)
+        spec = record.spec
+        assert record.status == "done"
+        assert record.samples_done == spec["iterations"] * spec["batch_size"]
         assert len(store.events(job_id, "finished")) == 1
         if old.status == "done":  # not started again
             assert record.attempt == old.attempt
         if old.status == "running":  # taken over, not restarted
-            assert record.attempt == old.attempt
-            assert len(store.events(job_id, "reattach")) == 1
+            assert len(store.events(job_id, "reattach")) == 1, store.events(job_id)
+            after = [e["kind"] for e in store.events(job_id)[logged[job_id] :]]
+            assert next(k for k in after if k in ("launch", "reattach")) == "reattach", after
     namespace = store.get_meta("ray_namespace")  # the workers of this scheduler state
     assert namespace and not [
         a for a in ray.util.list_named_actors(all_namespaces=True) if a["namespace"] == namespace
     ]
+
+
+def _packed_or_resized(policy: str, store: JobStore) -> bool:
+    """When to kill the first scheduler: packed, once two running jobs share a GPU; elastic,
+    once a running job has another worker count than it asked for (the policy resized it)."""
+    records = store.jobs()
+    if policy == "packed":
+        return any(r.share == "pack" and r.status == "running" for r in records)
+    return any(r.status == "running" and len(r.gpus) != r.spec["num_gpus"] for r in records)
+
+
+@pytest.mark.parametrize(("policy", "count", "gap_s"), [("packed", 6, 0.2), ("elastic", 4, 1.0)])
+def test_restart_under_packing_and_elastic_policies(tmp_path, policy, count, gap_s):
+    """The same kill -9 and restart under the policies that need predictions (synthetic ones,
+    tests/live_runner_main.py): Gandiva packing two jobs per GPU, and elastic, which resizes
+    running jobs as others arrive."""
+    jobs = [
+        f"  - {{id: j{i}, name: j{i}, iterations: 60, num_gpus: 2, min_step_time_s: 0.03, "
+        f"checkpoint_every: 20, submit_time_s: {gap_s * i}}}"
+        for i in range(count)
+    ]
+    trace = tmp_path / "jobs.yaml"
+    trace.write_text("jobs:\n" + "\n".join(jobs) + "\n")
+    address = ray.get_runtime_context().gcs_address
+    driver = Path(__file__).with_name("live_runner_main.py")
+    cmd = [sys.executable, str(driver), policy, str(tmp_path / "state"), address, str(trace)]
+    store = JobStore(tmp_path / "state" / "state.db")
+    first = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and first.poll() is None:
+        if store.path.exists() and _packed_or_resized(policy, store):
+            break
+        time.sleep(0.1)
+    assert first.poll() is None, first.stdout.read()[-3000:]  # killed mid-run, not after
+    first.kill()
+    first.wait()
+    before = {r.job_id: r for r in store.jobs()}
+    logged = {job_id: len(store.events(job_id)) for job_id in before}
+    assert _packed_or_resized(policy, store)
+
+    second = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-3000:]
+    assert "recovered" in second.stdout
+    summary = json.loads(second.stdout.strip().splitlines()[-1])
+    assert summary["finished"] == summary["jobs"] == count and summary["round_errors"] == 0
+    _assert_recovered(store, before, logged)
