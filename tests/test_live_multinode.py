@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import ray
+import torch
 from ray._raylet import AuthenticationTokenLoader, Config
 from ray.util import placement_group, placement_group_table, remove_placement_group
 
@@ -154,3 +155,51 @@ def test_gpus_held_outside_the_scheduler_are_refused_with_the_pending_demand_rem
         assert "blocked" not in executor.live
     finally:
         remove_placement_group(outsider)
+
+
+def test_a_raylet_that_dies_leaves_the_cluster_and_its_job_restarts_elsewhere(
+    cluster, runner, executor, tmp_path
+):
+    """A third raylet joins, a job is moved onto it, and its raylet is killed (SIGKILL): the
+    node keeps its index with no GPUs, the job is placed again on the nodes left and restarts
+    from its newest checkpoint, ending where an uninterrupted run ends."""
+    cluster.add_node(2, num_cpus=1, resources={"doomed_raylet": 1})
+    wait_for_nodes(3)
+    runner.step()
+    assert runner.loop.cluster.num_nodes == 3 and runner.loop.cluster.total_gpus == 6
+    doomed = executor.nodes.ray_id(2)
+    spec = SPEC.model_copy(update={"iterations": 60, "min_step_time_s": 0.05})
+    runner.submit("lost", spec)
+    step_until(runner, lambda: executor.store.job("lost").status == "running")
+    moved = executor.store.add_command("lost", "migrate", {"gpus": [[2, 0]]})
+    step_until(runner, lambda: executor.store.command_outcome(moved) is not None)
+    assert executor.store.command_outcome(moved).startswith("done")
+    assert worker_nodes(executor, "lost") == [doomed]
+    executor.wait_until("lost", 25)  # a checkpoint (20) written on the doomed node
+    (raylet,) = [
+        p for p in cluster.processes() if f"--node_id={doomed}" in " ".join(p.cmdline())
+        and p.name() == "raylet"
+    ]  # fmt: skip
+    raylet.kill()
+    step_until(runner, lambda: executor.store.job("lost").status == "done", limit=3000)
+    assert executor.nodes.dead == {2}
+    assert runner.loop.cluster.node_size == [2, 2, 0] and runner.loop.cluster.total_gpus == 4
+    (lost,) = executor.store.events("lost", "node lost")
+    assert "restarts from iteration" in lost["detail"]
+    last = executor.store.events("lost", "launch")[-1]["detail"]
+    assert "(2," not in last.split(" from ")[0] and int(last.split("from iteration ")[1]) >= 20
+    train("ref", spec, TrainingHook("ref", spec, checkpoint_dir=tmp_path))
+    ours = latest_checkpoint(executor.checkpoint_dir, "lost")
+    ref = latest_checkpoint(tmp_path, "ref")
+    a, b = load_checkpoint(ours.path, ours.sha256), load_checkpoint(ref.path, ref.sha256)
+    assert a["iteration"] == b["iteration"] == spec.iterations
+    assert all(torch.equal(a["model"][k], b["model"][k]) for k in b["model"])
+
+
+def step_until(runner: LiveRunner, condition, limit: int = 1200) -> None:
+    for _ in range(limit):
+        runner.step()
+        if condition():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"not reached; events: {runner.store.events()[-10:]}")

@@ -357,6 +357,27 @@ class RayExecutor:
         self.store.log(job_id, "restart", f"failure {count} in a row; from {where} in {delay:g} s")
         return None
 
+    def node_lost(self, job_id: str) -> None:
+        """A node the job runs on has left the cluster: end what is left of its workers (and
+        any restart it waits for) and give back its GPUs. The job is suspended: the policy
+        places it again, and it restarts from its newest checkpoint."""
+        with self.lock:
+            self.restarts.cancel(job_id)
+            self.slicer.remove(job_id)
+            gang = self.live.pop(job_id, None)
+            if gang:
+                gang.kill()
+            self.reservations.release(job_id)
+            ref = self._restore_point(job_id)
+            where = f"iteration {ref.iteration}" if ref else "scratch"
+            self.store.update_job(
+                job_id,
+                status="suspended",
+                gpus=(),
+                workers=(),
+                event=("node lost", f"its node left the cluster; it restarts from {where}"),
+            )
+
     def _reschedule_restart(self, job_id: str, gpus: tuple[GpuSlot, ...], batch: int) -> bool:
         """A decision for a job in its restart backoff: it will restart on `gpus` at `batch`
         instead. False if the job is not waiting to restart."""

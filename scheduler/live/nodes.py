@@ -4,14 +4,16 @@ Core node `i` is the i-th Ray node with GPU resources that this scheduler state 
 head first), with as many GPUs as its Ray `GPU` resource says (logical GPUs on a machine
 without any, where jobs run on CPU). Nodes are discovered live: a raylet that joins later gets
 the next index (`NodeView.refresh`). The order is kept in the store, so a restarted scheduler
-gives every node the index its jobs' records use. Whether a node is alive is asked of Ray each
-time, never remembered.
+gives every node the index its jobs' records use. A node Ray reports dead stays in the list,
+under its index, with no GPUs (`alive` False, for good: a raylet that comes back joins with a
+new node id and gets a new index), so the core places nothing there while every other index
+keeps its meaning.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import ray
@@ -34,6 +36,7 @@ class RayNode:
     node_id: str
     gpus: int
     gpu_type: str
+    alive: bool = True  # False once Ray reported it dead: it keeps its index, with no GPUs
 
 
 def gpu_nodes() -> list[dict[str, Any]]:
@@ -73,18 +76,32 @@ class NodeView:
     def node_ids(self) -> list[str]:
         return [n.node_id for n in self.nodes]
 
-    def refresh(self) -> list[int]:
-        """Take in the GPU nodes that joined since the last call; their new core indices."""
+    @property
+    def dead(self) -> set[int]:
+        """Core indices of the nodes that have left the cluster."""
+        return {i for i, n in enumerate(self.nodes) if not n.alive}
+
+    def refresh(self) -> bool:
+        """Take in the GPU nodes that joined since the last call, and mark dead those Ray no
+        longer lists alive. True if either happened."""
+        alive = gpu_nodes()
+        alive_ids = {n["NodeID"] for n in alive}
         known = set(self.node_ids)
-        new = [_ray_node(n) for n in gpu_nodes() if n["NodeID"] not in known]
+        new = [_ray_node(n) for n in alive if n["NodeID"] not in known]
+        gone = [i for i, n in enumerate(self.nodes) if n.alive and n.node_id not in alive_ids]
+        for i in gone:
+            self.nodes[i] = replace(self.nodes[i], alive=False)
         self.nodes += new
-        if new and self._store is not None:
+        if (new or gone) and self._store is not None:
             self._store.set_meta(_NODES_KEY, json.dumps([asdict(n) for n in self.nodes]))
-        return list(range(len(self.nodes) - len(new), len(self.nodes)))
+        return bool(new or gone)
 
     def cluster_spec(self) -> ClusterSpec:
-        """The nodes as a core `ClusterSpec`: one group per node, in core node order."""
-        return ClusterSpec(tuple(NodeGroup(1, n.gpus, n.gpu_type) for n in self.nodes))
+        """The nodes as a core `ClusterSpec`: one group per node, in core node order; a dead
+        node has no GPUs (nothing can be placed there)."""
+        return ClusterSpec(
+            tuple(NodeGroup(1, n.gpus if n.alive else 0, n.gpu_type) for n in self.nodes)
+        )
 
     def ray_id(self, node: int) -> str:
         if not 0 <= node < len(self.nodes):

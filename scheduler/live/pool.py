@@ -53,6 +53,9 @@ class WorkerPool:
     def top_up(self) -> None:
         """Start (in the background) the spares needed to get back to `spares_per_node`."""
         for node in range(len(self.nodes)):  # nodes that joined since get spares too
+            if node in self.nodes.dead:  # its spares died with it
+                self._spares.pop(node, None)
+                continue
             spares = self._spares[node]
             while len(spares) < self.spares_per_node:
                 worker, name = self._new_worker(node)

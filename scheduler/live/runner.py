@@ -160,7 +160,7 @@ class LiveRunner:
         if arrived:
             self.loop.submit(arrived, now)
         if self.executor.nodes.refresh():
-            self._grow_cluster()
+            self._nodes_changed(now)
         self._operator_commands(now)
         self.loop.round(now)
         for report in self.executor.poll():
@@ -177,21 +177,31 @@ class LiveRunner:
                 self.loop.report_progress(report.job_id, report.samples_done, now)
                 self.loop.job_finished(report.job_id, self.store.job(report.job_id).finish_s)
             elif isinstance(report, Lost):
-                apply_decision(Suspend(report.job_id), self.loop.cluster, self.loop.jobs, now)
+                # unless its node's departure has suspended it already
+                if self.loop.jobs[report.job_id].status is JobStatus.RUNNING:
+                    apply_decision(Suspend(report.job_id), self.loop.cluster, self.loop.jobs, now)
             elif isinstance(report, Failed):  # given up: its GPUs go back, it is not run again
                 self.loop.job_finished(report.job_id, now)
 
-    def _grow_cluster(self) -> None:
-        """Nodes joined the Ray cluster: the core's cluster grows by them, every job keeping
-        the GPUs it holds (node indices never change)."""
+    def _nodes_changed(self, now: float) -> None:
+        """Nodes joined or left. The jobs on a node that left are stopped (what is left of
+        their workers) and suspended: the policy places them again, from their newest
+        checkpoint. Then the core's cluster is rebuilt: a new node gets the next index, one
+        that left keeps its index with no GPUs, every other job keeps its GPUs."""
+        dead = self.executor.nodes.dead
+        for state in list(self.loop.jobs.running()):
+            if any(node in dead for node, _ in state.gpus):
+                self.executor.node_lost(state.job_id)
+                apply_decision(Suspend(state.job_id), self.loop.cluster, self.loop.jobs, now)
         old = self.loop.cluster
-        grown = ClusterState(self.executor.nodes.cluster_spec())
+        rebuilt = ClusterState(self.executor.nodes.cluster_spec())
         for node, gpus in enumerate(old.occupants):
             for gpu, occupants in enumerate(gpus):
                 for job_id in occupants:
-                    grown.allocate(job_id, ((node, gpu),))
-        self.loop.cluster = grown
-        self.store.log(None, "nodes", f"the cluster has {grown.num_nodes} nodes")
+                    rebuilt.allocate(job_id, ((node, gpu),))
+        self.loop.cluster = rebuilt
+        alive = rebuilt.num_nodes - len(dead)
+        self.store.log(None, "nodes", f"{alive} nodes alive, {len(dead)} gone")
 
     def _operator_commands(self, now: float) -> None:
         """Carry out `perfcast job ...` commands as decisions of this round. The policy may
