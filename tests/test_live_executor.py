@@ -372,3 +372,12 @@ def test_a_round_that_raises_is_logged_and_the_next_rounds_go_on(executor):
     (error,) = executor.store.events(None, "round error")
     assert "ZeroDivisionError: policy bug in round one" in error["detail"]
     assert "Traceback" in error["detail"] and "schedule" in error["detail"]
+
+
+def test_a_policy_that_cannot_decide_without_predictions_is_refused_at_start(executor):
+    from perfcast.scheduler.live.runner import LiveRunner, PredictionsNeeded
+    from perfcast.scheduler.policies import make_policy
+
+    with pytest.raises(PredictionsNeeded, match="'elastic' needs predictions"):
+        LiveRunner(executor, executor.store, make_policy("elastic"))
+    LiveRunner(executor, executor.store, make_policy("gandiva"))  # time-slices without them

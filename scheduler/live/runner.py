@@ -61,6 +61,14 @@ def core_job(job_id: str, spec: JobSpec) -> Job:
     )
 
 
+class PredictionsNeeded(PerfcastError):
+    """The policy cannot decide without predictions and the runner was given none."""
+
+
+# policies that need predictions but decide without them (gandiva time-slices, never packs)
+_DECIDE_WITHOUT_PREDICTIONS = {"gandiva"}
+
+
 @dataclass(frozen=True)
 class RunSummary:
     jobs: int
@@ -91,6 +99,12 @@ class LiveRunner:
         round_s: float = 0.5,
         predictor: JobPredictor | None = None,
     ) -> None:
+        name = getattr(policy, "name", type(policy).__name__)
+        needs = getattr(policy, "needs_predictions", False)
+        if needs and predictor is None and name not in _DECIDE_WITHOUT_PREDICTIONS:
+            raise PredictionsNeeded(  # else every round would fail the same way
+                f"policy {name!r} needs predictions; the live scheduler has none for it"
+            )
         self.executor, self.store, self.round_s = executor, store, round_s
         cluster = ClusterState(executor.nodes.cluster_spec())
         # policies that need predictions (elastic, gandiva's packing) decide with `predictor`
