@@ -35,7 +35,8 @@ class ShardedGradients:
         optimizer.step()                          # every rank: the same gradient
 
     `loss_of(*shard)` is the mean loss of one shard. Do not wrap the model in
-    `DistributedDataParallel`: the gradients are combined here."""
+    `DistributedDataParallel`: the gradients are combined here, and nothing is broadcast, so
+    every rank must start from the same parameters (a seeded build, or a restore)."""
 
     def __init__(
         self, model: nn.Module, shards: int, rank: int, world_size: int, global_batch: int
