@@ -371,8 +371,14 @@ def ring_time_per_byte(
     intra: np.ndarray, inter: np.ndarray, nodes: np.ndarray, gpus: np.ndarray
 ) -> np.ndarray:
     """`ring_seconds_per_byte` from the links' GB/s and the rows' nodes and GPUs."""
-    link = np.where(nodes > 1, np.fmin(intra, inter), intra) * 1e9
+    link = ring_link_gbps(intra, inter, nodes) * 1e9
     return np.where(gpus > 1, 2 * (gpus - 1) / gpus / link, 0.0)
+
+
+def ring_link_gbps(intra: np.ndarray, inter: np.ndarray, nodes: np.ndarray) -> np.ndarray:
+    """GB/s of the slowest link a ring all-reduce crosses: the intra-node link on one node,
+    the network (or the intra-node link, if slower) across nodes; NaN where unknown."""
+    return np.where(nodes > 1, np.fmin(intra, inter), intra)
 
 
 def sync_seconds(moved: np.ndarray, seconds_per_byte: np.ndarray) -> np.ndarray:

@@ -9,7 +9,12 @@ import pandas as pd
 from sklearn.base import clone
 
 from perfcast.features.devices import interconnect_frame, spec_frame
-from perfcast.features.scaling import ScalingFeatures, distinct_groups, gpus_per_node_of
+from perfcast.features.scaling import (
+    ScalingFeatures,
+    distinct_groups,
+    gpus_per_node_of,
+    ring_link_gbps,
+)
 from perfcast.predictor.base import TaskPredictor, flags_column, interval_frame
 from perfcast.predictor.regressors import make_regressor
 from perfcast.predictor.scaling_calibration import (
@@ -63,8 +68,9 @@ class ScalingPredictor(TaskPredictor):
 
     def _fit_coverage(self, rows: pd.DataFrame) -> None:
         """What the training rows cover, for the flags: GPU types, measured configurations
-        (job, GPU, GPUs, nodes, GPUs per node, batch), each job's largest GPU count and each
-        (job, GPU type)'s batch range."""
+        (job, GPU, GPUs, nodes, GPUs per node, batch), each job's largest GPU count, each
+        (job, GPU type)'s batch range, and the slowest ring link of the multi-GPU rows on one
+        node and across nodes."""
         rows = rows.assign(gpus_per_node=gpus_per_node_of(rows))
         self.gpu_types_ = frozenset(rows["gpu_type"])
         measured = rows[[*_CONFIG, "gpu_type", "local_batch_size"]].drop_duplicates()
@@ -73,6 +79,12 @@ class ScalingPredictor(TaskPredictor):
         self.max_gpus_any_ = int(rows["num_gpus"].max())
         batches = rows.groupby(["job", "gpu_type"])["local_batch_size"].agg(["min", "max"])
         self.batch_range_ = {key: (lo, hi) for key, lo, hi in batches.itertuples(name=None)}
+        link, spread = _ring_link(rows), (rows["num_nodes"] > 1).to_numpy()
+        multi = (rows["num_gpus"] > 1).to_numpy() & np.isfinite(link)
+        self.slowest_link_gbps_ = {
+            s: float(link[multi & (spread == s)].min()) if (multi & (spread == s)).any() else np.nan
+            for s in (False, True)
+        }
 
     def _held_out_clusters(self, rows: pd.DataFrame) -> list[HeldOutCluster]:
         """The calibration folds of `scaling_calibration`, for the rows a new cluster or GPU
@@ -139,10 +151,13 @@ class ScalingPredictor(TaskPredictor):
         if (~has_base).any():
             out[:, ~has_base] = np.vstack(self.direct_model_.predict_quantiles(X[~has_base]))
         lo, mid, hi = np.exp(out)
-        # no links, no measured scaling: the one-GPU time (perfect scaling) is the answer
-        # never worse than it, with an interval up to twice it
+        # no links, or links slower than any the training rows crossed, and no measured
+        # scaling: the one-GPU time (perfect scaling) is the answer never worse than it, with
+        # an interval up to twice it. Synchronization grows without bound as links slow down,
+        # so the communication model is not trusted beyond the slowest links it was checked on
+        # (toward faster links its overhead shrinks toward perfect scaling itself).
         t1 = np.exp(X["log_t1"].to_numpy())
-        fallback = flags["no_interconnect_facts"] & np.isfinite(t1)
+        fallback = (flags["no_interconnect_facts"] | flags["slower_links"]) & np.isfinite(t1)
         mid = np.where(fallback, t1, mid)
         lo = np.where(fallback, np.fmin(lo, t1 / UNSEEN_SPREAD**0.5), lo)
         hi = np.where(fallback, np.fmax(hi, t1 * UNSEEN_SPREAD), hi)
@@ -179,7 +194,8 @@ class ScalingPredictor(TaskPredictor):
         ).reshape(-1, 2)[codes]
         bsz = rows["local_batch_size"].to_numpy(dtype=float)
         uncharted = self.features_.uncharted(rows)
-        no_links = np.isnan(interconnect_frame(rows).to_numpy()).all(axis=1)
+        links = interconnect_frame(rows)
+        no_links = np.isnan(links.to_numpy()).all(axis=1)
         return {
             "measured": measured,
             "uncharted": uncharted,
@@ -189,7 +205,15 @@ class ScalingPredictor(TaskPredictor):
             "extrapolated_gpus": num_gpus > max_gpus,
             "extrapolated_batch": (bsz < ranges[:, 0]) | (bsz > ranges[:, 1]),
             "no_interconnect_facts": multi & no_links & uncharted,
+            "slower_links": multi & uncharted & self.slower_links(_ring_link(rows, links), rows),
         }
+
+    def slower_links(self, link: np.ndarray, rows: pd.DataFrame) -> np.ndarray:
+        """Whether each row's ring link (`link`, GB/s) is slower than every multi-GPU training
+        row's of the same spread (one node or several)."""
+        spread = (rows["num_nodes"] > 1).to_numpy()
+        slowest = np.where(spread, self.slowest_link_gbps_[True], self.slowest_link_gbps_[False])
+        return link < slowest
 
     @staticmethod
     def _monotonic(
@@ -230,6 +254,17 @@ class ScalingPredictor(TaskPredictor):
             ceiling = table[cell[these]][:, at_least[code]].min(axis=1)
             guarded[these] = np.minimum(guarded[these], ceiling)
         return guarded, guarded != mid
+
+
+def _ring_link(rows: pd.DataFrame, links: pd.DataFrame | None = None) -> np.ndarray:
+    """Each row's ring link in GB/s (`features.scaling.ring_link_gbps`) from its links
+    (`interconnect_frame(rows)` unless given)."""
+    links = interconnect_frame(rows) if links is None else links
+    return ring_link_gbps(
+        links["intra_node_bw_gbps"].to_numpy(),
+        links["inter_node_bw_gbps"].to_numpy(),
+        rows["num_nodes"].to_numpy(),
+    )
 
 
 def _member(rows: pd.DataFrame, columns: list[str], keys: frozenset) -> np.ndarray:

@@ -28,6 +28,7 @@ from perfcast.features.scaling import (
     ScalingFeatures,
     design,
     most_on_one_node,
+    ring_link_gbps,
     ring_time_per_byte,
     sync_seconds,
 )
@@ -63,6 +64,21 @@ def gpus_per_node(gpus: list[int], nodes: list[int], placements: list | None) ->
     return out
 
 
+def row_links(rows: pd.DataFrame) -> np.ndarray:
+    """(intra_node_bw_gbps, inter_node_bw_gbps) per row, as `interconnect_frame` finds them."""
+    gpu_types = rows["gpu_type"].tolist()
+    clusters = rows["cluster"].tolist() if "cluster" in rows.columns else [""] * len(rows)
+    links = np.array(
+        [interconnect_of(str(g), _text(c)) for g, c in zip(gpu_types, clusters, strict=True)],
+        dtype=float,
+    ).reshape(-1, 2)
+    for k, column in enumerate(INTERCONNECT_COLUMNS):
+        own = _own(rows, column)
+        if own is not None:
+            links[:, k] = np.where(own > 0, own, links[:, k])
+    return links
+
+
 def few_row_design(
     features: ScalingFeatures, rows: pd.DataFrame
 ) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
@@ -75,16 +91,7 @@ def few_row_design(
     bszs = rows["local_batch_size"].to_numpy()
     placements = rows["placement"].tolist() if "placement" in rows.columns else None
     per_node = gpus_per_node(gpus, nodes, placements)
-    clusters = rows["cluster"].tolist() if "cluster" in rows.columns else [""] * len(rows)
-
-    links = np.array(
-        [interconnect_of(str(g), _text(c)) for g, c in zip(gpu_types, clusters, strict=True)],
-        dtype=float,
-    ).reshape(-1, 2)
-    for k, column in enumerate(INTERCONNECT_COLUMNS):
-        own = _own(rows, column)
-        if own is not None:
-            links[:, k] = np.where(own > 0, own, links[:, k])
+    links = row_links(rows)
     num_nodes = rows["num_nodes"].to_numpy()
     num_gpus = np.asarray(gpus, dtype=float)
     seconds_per_byte = ring_time_per_byte(links[:, 0], links[:, 1], num_nodes, num_gpus)
@@ -163,6 +170,8 @@ def few_row_flags(
     charted = [(job, gpu) in features.scaled_ for job, gpu in zip(jobs, gpu_types, strict=True)]
     uncharted = multi & ~np.array(charted, dtype=bool)
     known_jobs = set(features.jobs_)
+    links = row_links(rows)
+    link = ring_link_gbps(links[:, 0], links[:, 1], rows["num_nodes"].to_numpy())
     return {
         "measured": measured,
         "uncharted": uncharted,
@@ -172,4 +181,5 @@ def few_row_flags(
         "extrapolated_gpus": np.array(gpus) > np.asarray(max_gpus, dtype=float),
         "extrapolated_batch": (bsz < ranges[:, 0]) | (bsz > ranges[:, 1]),
         "no_interconnect_facts": multi & no_links & uncharted,
+        "slower_links": multi & uncharted & predictor.slower_links(link, rows),
     }

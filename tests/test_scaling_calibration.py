@@ -117,3 +117,38 @@ def test_a_held_out_cluster_is_predicted_better_than_perfect_scaling() -> None:
     assert known.mean() > 0.9
     y, p50 = test["step_time_s"].to_numpy()[known], out["step_time_s"].to_numpy()[known]
     assert np.mean(np.abs(p50 / y - 1)) < np.mean(np.abs(perfect[known] / y - 1))
+
+
+@pytest.fixture(scope="module")
+def gavel_without_k80_scaling():
+    """Gavel's rows with the K80's multi-GPU rows held out (a GPU known from one GPU only),
+    the model fitted on them, and the held-out rows."""
+    gavel = datasets.load("gavel-scaling")
+    k80 = (gavel["gpu_type"] == "k80") & (gavel["num_gpus"] > 1)
+    return make_predictor("scaling", "gbm").fit(gavel[~k80]), gavel[k80]
+
+
+@requires_data
+@settings(max_examples=25, deadline=None)
+@given(bandwidth=st.floats(0.05, 40.0), across_nodes=st.booleans(), pick=st.integers(0, 10**6))
+def test_links_slower_than_any_in_training_get_perfect_scaling_and_say_so(
+    gavel_without_k80_scaling, bandwidth, across_nodes, pick
+) -> None:
+    """A new GPU's multi-GPU row whose ring link (`bandwidth` GB/s, the network across nodes,
+    the intra-node link on one) is slower than every multi-GPU training row's of its spread is
+    answered with the one-GPU time, flagged `slower_links`, p10-p90 at least t1/sqrt(2)-2 t1;
+    a row on links no slower is not flagged."""
+    model, held = gavel_without_k80_scaling
+    rows = held[(held["num_nodes"] > 1) == across_nodes].drop(columns=["step_time_s"])
+    row = rows.iloc[[pick % len(rows)]]
+    link = "inter_node_bw_gbps" if across_nodes else "intra_node_bw_gbps"
+    row = row.assign(**{link: bandwidth})
+    out = model.predict_interval(row).iloc[0]
+    slower = bandwidth < model.slowest_link_gbps_[across_nodes]
+    assert ("slower_links" in out["flags"]) == slower
+    if slower:
+        r = row.iloc[0]
+        t1 = model.features_.one_gpu_time(r["job"], r["gpu_type"], r["local_batch_size"], False)
+        assert out["step_time_s"] == pytest.approx(t1, rel=1e-9)
+        assert out["step_time_s_p10"] <= t1 / 2**0.5 * (1 + 1e-9)
+        assert out["step_time_s_p90"] >= 2 * t1 * (1 - 1e-9)
