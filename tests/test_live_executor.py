@@ -381,3 +381,32 @@ def test_a_policy_that_cannot_decide_without_predictions_is_refused_at_start(exe
     with pytest.raises(PredictionsNeeded, match="'elastic' needs predictions"):
         LiveRunner(executor, executor.store, make_policy("elastic"))
     LiveRunner(executor, executor.store, make_policy("gandiva"))  # time-slices without them
+
+
+def test_operator_resize_of_a_sharded_job_keeps_its_global_batch(executor):
+    from perfcast.scheduler.live.runner import LiveRunner
+    from perfcast.scheduler.policies import make_policy
+
+    runner = LiveRunner(executor, executor.store, make_policy("fifo"), round_s=0.05)
+    runner.submit("shr", SHARDED.model_copy(update={"iterations": 400, "min_step_time_s": 0.01}))
+
+    def outcome_of(kind: str, args: dict) -> str:
+        command = executor.store.add_command("shr", kind, args)
+        for _ in range(600):
+            runner.step()
+            if (outcome := executor.store.command_outcome(command)) is not None:
+                return outcome
+            time.sleep(0.05)
+        raise AssertionError("command not carried out")
+
+    for _ in range(600):
+        runner.step()
+        if executor.store.job("shr").status == "running":
+            break
+        time.sleep(0.05)
+    assert outcome_of("resize", {"num_gpus": 1}).startswith("done")
+    record = executor.store.job("shr")
+    assert len(record.gpus) == 1 and record.batch_size == 64  # per-worker batch doubled
+    refused = outcome_of("resize", {"num_gpus": 3})
+    assert refused.startswith("refused") and "cannot be split over 3 workers" in refused
+    assert executor.store.job("shr").batch_size == 64
