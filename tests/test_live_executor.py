@@ -410,3 +410,35 @@ def test_operator_resize_of_a_sharded_job_keeps_its_global_batch(executor):
     refused = outcome_of("resize", {"num_gpus": 3})
     assert refused.startswith("refused") and "cannot be split over 3 workers" in refused
     assert executor.store.job("shr").batch_size == 64
+
+
+def test_a_decision_that_failed_is_undone_in_the_core_and_the_job_placed_again(
+    executor, monkeypatch
+):
+    """The executor refuses a launch the core has already committed: without reconciling,
+    the core would hold the job as running for ever with no worker (and never finish it)."""
+    from perfcast.scheduler.live.nodes import ExecutorError
+    from perfcast.scheduler.live.runner import LiveRunner
+    from perfcast.scheduler.policies import make_policy
+
+    real_run, refused = executor.run, []
+
+    def run_refusing_once(job_id, *args):
+        if not refused:
+            refused.append(job_id)
+            raise ExecutorError(f"could not reserve GPUs for {job_id} (injected)")
+        return real_run(job_id, *args)
+
+    monkeypatch.setattr(executor, "run", run_refusing_once)
+    runner = LiveRunner(executor, executor.store, make_policy("fifo"), round_s=0.05)
+    runner.submit("rec", SPEC.model_copy(update={"iterations": 20}))
+    for _ in range(600):
+        runner.step()
+        if executor.store.job("rec").status == "done":
+            break
+        time.sleep(0.05)
+    assert refused == ["rec"] and runner.round_errors == 1
+    (fixed,) = executor.store.events("rec", "reconciled")
+    assert "vs cluster None" in fixed["detail"]
+    assert executor.store.job("rec").status == "done"
+    assert runner.loop.jobs["rec"].status.value == "done"

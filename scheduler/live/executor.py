@@ -357,6 +357,20 @@ class RayExecutor:
         self.store.log(job_id, "restart", f"failure {count} in a row; from {where} in {delay:g} s")
         return None
 
+    def placements(self) -> dict[str, tuple[tuple[GpuSlot, ...], int]]:
+        """Each job this executor runs, or will restart after its backoff: its GPUs and global
+        batch. A job paused for its time slice runs; a suspended one does not."""
+        with self.lock:
+            sliced = {job for group in self.slicer.groups.values() for job in group}
+            out = {
+                job_id: (gang.gpus, gang.global_batch)
+                for job_id, gang in self.live.items()
+                if not gang.suspended or job_id in sliced
+            }
+            for job_id, restart in self.restarts.waiting().items():
+                out[job_id] = (restart.gpus, restart.global_batch)
+            return out
+
     def node_lost(self, job_id: str) -> None:
         """A node the job runs on has left the cluster: end what is left of its workers (and
         any restart it waits for) and give back its GPUs. The job is suspended: the policy

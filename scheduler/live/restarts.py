@@ -58,6 +58,10 @@ class RestartBackoff:
         pending.gpus, pending.global_batch = gpus, global_batch
         return True
 
+    def waiting(self) -> dict[str, PendingRestart]:
+        """The jobs waiting out their backoff, and where they will restart."""
+        return dict(self._pending)
+
     def cancel(self, job_id: str) -> bool:
         """Call off a waiting restart. False: the job was not waiting."""
         return self._pending.pop(job_id, None) is not None

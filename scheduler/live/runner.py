@@ -162,6 +162,36 @@ class LiveRunner:
             self.round_errors += 1
             log.exception("scheduling round failed")
             self.store.log(None, "round error", traceback.format_exc(limit=8))
+            try:
+                self._reconcile(self.now())
+            except Exception:
+                log.exception("reconciling after a failed round failed")
+                self.store.log(None, "round error", traceback.format_exc(limit=8))
+
+    def _reconcile(self, now: float) -> None:
+        """After a failed round: the decisions committed in the core but not carried out (or
+        the reverse) leave the two views apart. A job whose views differ (running in one and
+        not the other, or on other GPUs or at another batch) is suspended in both, and the
+        policy places it again from a state both agree on."""
+        actual = self.executor.placements()
+        for job_id, state in list(self.loop.jobs.all.items()):
+            running = state.status is JobStatus.RUNNING
+            placed = actual.get(job_id)
+            core = (state.gpus, state.batch_size) if running else None
+            if placed == core:
+                continue
+            if placed is None and self.store.job(job_id).status in ("done", "failed"):
+                # ended, and the report of it was lost with the round: not to be run again
+                self.loop.job_finished(job_id, self.store.job(job_id).finish_s or now)
+                self.store.log(job_id, "reconciled", "ended on the cluster: ended in the core")
+                continue
+            if placed is not None:
+                self.executor.suspend(job_id)
+            if running:
+                apply_decision(Suspend(job_id), self.loop.cluster, self.loop.jobs, now)
+            self.store.log(
+                job_id, "reconciled", f"core {core} vs cluster {placed}: suspended, placed again"
+            )
 
     def _round(self) -> None:
         now = self.now()
