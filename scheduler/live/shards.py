@@ -45,8 +45,9 @@ class ShardedGradients:
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.shards, self.world_size = shards, world_size
         self.local = shards // world_size
-        self.first = rank * self.local  # the index of this rank's first shard
         self.shard_size = global_batch // shards
+        self._rows: torch.Tensor | None = None  # this rank's shard gradients, one per row
+        self._gathered: list[torch.Tensor] = []  # every rank's rows (all-gather)
 
     def split(self, *share: torch.Tensor) -> Iterator[tuple[torch.Tensor, ...]]:
         """This rank's shards of its share of the batch, in shard order."""
@@ -56,24 +57,30 @@ class ShardedGradients:
 
     def backward(self, loss_of: Callable[..., torch.Tensor], *share: torch.Tensor) -> torch.Tensor:
         """Set every parameter's `.grad` to the global batch's gradient; return the mean loss
-        of this rank's shards (detached)."""
-        rows, losses = [], []
-        for shard in self.split(*share):
+        of this rank's shards (detached). The gradients are views into buffers reused at the
+        next call (allocated once: a fresh one per step costs page faults on large models)."""
+        if self._rows is None:
+            numel = sum(p.numel() for p in self.params)
+            self._rows = self.params[0].new_empty((self.local, numel))
+            if self.world_size > 1:
+                self._gathered = [torch.empty_like(self._rows) for _ in range(self.world_size)]
+        rows, losses = self._rows, []
+        for j, shard in enumerate(self.split(*share)):
             loss = loss_of(*shard)
             grads = torch.autograd.grad(loss, self.params)
-            rows.append(torch.cat([g.reshape(-1) for g in grads]))
+            torch.cat([g.reshape(-1) for g in grads], out=rows[j])
             losses.append(loss.detach())
-        local = torch.stack(rows)
+        blocks = [rows]
         if self.world_size > 1:
-            gathered = [torch.empty_like(local) for _ in range(self.world_size)]
-            dist.all_gather(gathered, local)  # rank r holds shards r*local .. (r+1)*local - 1
-            local = torch.cat(gathered)
-        total = local[0].clone()
-        for k in range(1, self.shards):  # one fixed order of additions, whatever the size
-            total += local[k]
+            dist.all_gather(self._gathered, rows)  # rank r: shards r*local .. (r+1)*local - 1
+            blocks = self._gathered
+        in_order = [block[j] for block in blocks for j in range(self.local)]  # shard 0 first
+        total = in_order[0]
+        for gradient in in_order[1:]:  # one fixed order of additions, whatever the size
+            total += gradient
         total /= self.shards
         offset = 0
         for p in self.params:
-            p.grad = total[offset : offset + p.numel()].view_as(p).clone()
+            p.grad = total[offset : offset + p.numel()].view_as(p)
             offset += p.numel()
         return torch.stack(losses).mean()
