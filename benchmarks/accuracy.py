@@ -294,6 +294,7 @@ def main() -> None:
         body = (
             f"Data: {data[task]}. {SPLITS[task]}\n\n"
             + "\n".join(_table_lines(part))
+            + (_scaling_losses(part) if task == "scaling" else "")
             + ("\n\nBatch prediction speed (2 cores, includes contract validation and "
                "features):\n" + "\n".join(speeds) if speeds else "")
         )  # fmt: skip
@@ -324,6 +325,53 @@ SPLITS = {
     "cluster's trace tested with the other three in training, pooled then per trace). Width: "
     "the median p90/p10 of the predicted intervals.",
 }
+
+
+INTERVAL_TARGET = (0.75, 0.85, 1.6)  # issue 11: coverage band and median p90/p10 for scaling
+
+
+def _scaling_losses(table: pd.DataFrame) -> str:
+    """A line per split (pooled or one held-out cluster) and model whose MAPE is above a
+    perfect-scaling or overhead baseline's of the same run ("nowhere" said plainly), then
+    whether the headline's intervals meet INTERVAL_TARGET."""
+    lines = []
+    for split, rows in table.groupby("split", sort=False):
+        models = rows[~rows["model"].str.startswith("baseline")]
+        bases = rows[
+            rows["model"].str.startswith("baseline") & (rows["model"] != "baseline: train mean")
+        ]
+        for model in models.itertuples():
+            beaten = [
+                f"{b.model.removeprefix('baseline: ')} ({b.mape:.1f})"
+                for b in bases.itertuples()
+                if b.mape < model.mape
+            ]
+            if beaten:
+                lines.append(
+                    f"- {split}, {model.model} ({model.mape:.1f}% MAPE) loses to "
+                    + ", ".join(beaten)
+                )
+    head = "\n\nWhere a model loses to a baseline of the same run (MAPE %):\n"
+    losses = head + (
+        "\n".join(lines)
+        if lines
+        else "- nowhere: every model beats every baseline on every split and held-out cluster"
+    )
+    headline = table[
+        (table["split"] == "leave one cluster out") & table["interval_coverage"].notna()
+    ]
+    targets = [
+        f"- {r.model}: coverage {r.interval_coverage:.0%}, width {r.median_p90_p10:.2f}: "
+        + ("met" if INTERVAL_TARGET[0] <= r.interval_coverage <= INTERVAL_TARGET[1]
+           and r.median_p90_p10 < INTERVAL_TARGET[2] else "**missed**")
+        for r in headline.itertuples()
+    ]  # fmt: skip
+    head = (
+        f"\n\nInterval target on leave one cluster out, pooled (coverage "
+        f"{INTERVAL_TARGET[0]:.0%}-{INTERVAL_TARGET[1]:.0%}, median p90/p10 under "
+        f"{INTERVAL_TARGET[2]}):\n"
+    )
+    return losses + (head + "\n".join(targets) if targets else "")
 
 
 def _table_lines(table: pd.DataFrame) -> list[str]:
