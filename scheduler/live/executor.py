@@ -238,8 +238,19 @@ class RayExecutor:
             self._reports.clear()
             self.pool.top_up()
             for job_id, restart in self.restarts.due():
-                ref = self._restore_point(job_id)
-                self._launch(job_id, restart.gpus, restart.global_batch, ref)
+                nodes = {node for node, _ in restart.gpus}
+                try:
+                    if self.nodes.all_alive(nodes):
+                        ref = self._restore_point(job_id)
+                        self._launch(job_id, restart.gpus, restart.global_batch, ref)
+                        continue
+                except ExecutorError:
+                    if self.nodes.all_alive(nodes):
+                        raise  # not a lost node: the round fails, and is reconciled
+                # its node left while it waited (or while it launched): placed again
+                self.store.update_job(job_id, status="suspended", gpus=(), workers=())
+                self.store.log(job_id, "restart", "called off: its node left the cluster")
+                reports.append(Lost(job_id))
             for gang in list(self.live.values()):
                 ready, _ = ray.wait(gang.joins, num_returns=len(gang.joins), timeout=0)
                 outcomes, failure, died = [], None, False

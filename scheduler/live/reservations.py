@@ -20,6 +20,7 @@ a crashed scheduler, a restarted one adopts those of the jobs it reattaches, and
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 
 import ray
@@ -31,6 +32,7 @@ from perfcast.scheduler.core.cluster import GpuSlot
 from perfcast.scheduler.live.nodes import ExecutorError, NodeView
 
 RESERVE_TIMEOUT_S = 60.0
+_CHECK_NODES_S = 1.0  # while waiting for a reservation: how often to ask whether its nodes live
 
 
 def strategy_for(gpus: Iterable[GpuSlot]) -> str:
@@ -62,14 +64,25 @@ class GpuReservations:
             lifetime="detached",  # outlives a crashed scheduler, like the workers
             bundle_label_selector=[{"ray.io/node-id": self.nodes.ray_id(n)} for n, _ in free],
         )
-        try:
-            ray.get(group.ready(), timeout=self.reserve_timeout_s)
-        except GetTimeoutError:
-            remove_placement_group(group)
-            raise ExecutorError(
-                f"job {job_id}: Ray could not reserve GPUs {free} in {self.reserve_timeout_s:g} s "
-                "(held outside this scheduler? `ray status` shows the pending demand)"
-            ) from None
+        ready, deadline = group.ready(), time.monotonic() + self.reserve_timeout_s
+        while True:  # in short waits: a node that dies meanwhile ends the wait at once
+            try:
+                ray.get(ready, timeout=min(_CHECK_NODES_S, self.reserve_timeout_s))
+                break
+            except GetTimeoutError:
+                gone = not self.nodes.all_alive({n for n, _ in free})
+                if not gone and time.monotonic() < deadline:
+                    continue
+                remove_placement_group(group)
+                if gone:
+                    raise ExecutorError(
+                        f"job {job_id}: GPUs {free} are on a node that left the cluster"
+                    ) from None
+                raise ExecutorError(
+                    f"job {job_id}: Ray could not reserve GPUs {free} in "
+                    f"{self.reserve_timeout_s:g} s (held outside this scheduler? "
+                    "`ray status` shows the pending demand)"
+                ) from None
         self._hold(job_id, group, free)
 
     def release(self, job_id: str) -> None:
