@@ -34,14 +34,8 @@ SCALING_DATA = ["pollux-scaling", "gavel-scaling", "muri-scaling", "sia-scaling"
 
 
 def _scaling_rows() -> pd.DataFrame:
-    """The scaling datasets, each row with its `cluster` (a dataset without one is a cluster)."""
-    parts = []
-    for name in SCALING_DATA:
-        rows = datasets.load(name)
-        if "cluster" not in rows.columns:
-            rows = rows.assign(cluster=name.removesuffix("-scaling"))
-        parts.append(rows)
-    return pd.concat(parts, ignore_index=True)
+    """The scaling datasets; every row names its `cluster` (tests/test_scaling_data.py)."""
+    return pd.concat([datasets.load(name) for name in SCALING_DATA], ignore_index=True)
 
 
 def leave_one_cluster_out_folds(rows: pd.DataFrame):
