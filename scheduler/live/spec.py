@@ -28,7 +28,9 @@ class JobSpec(BaseModel):
     """A training job: `iterations` mini-batches of global `batch_size` at `num_gpus` workers,
     that is `total_samples` samples; `lr` is the learning rate at that batch. The scheduler
     may run it at another size and batch: the work stays `total_samples` and the learning
-    rates follow the linear scaling rule (see `TrainingHook.restore`)."""
+    rates follow the linear scaling rule (see `TrainingHook.restore`). The job ends at the
+    first mini-batch boundary with `total_samples` done, so at a batch that does not divide
+    what was left it trains up to one global batch more (batches are never cut short)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
