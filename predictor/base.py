@@ -21,9 +21,10 @@ from perfcast.errors import ContractError
 # The shape of the predictors' learned state. Bump it whenever a change to a predictor or its
 # features would make a model saved by an earlier perfcast unreadable or wrong: champions saved
 # in another format are not loaded (training/model_store.py), and the next training replaces them.
-# 9: scaling knows its slowest training links; 8: scaling learns a new-cluster blend;
+# 10: the gbm scaling correction is monotone in the overhead; 9: scaling knows its slowest
+# training links; 8: scaling learns a new-cluster blend;
 # 7: interference, duration, runtime
-MODEL_FORMAT = 9
+MODEL_FORMAT = 10
 
 # What a model knows of a prediction row: `predict_interval` frames carry a string column
 # `flags`, comma-separated tokens from this vocabulary in this order ("" when none), and the
@@ -37,8 +38,9 @@ FLAGS: dict[str, str] = {
     "extrapolated_batch": "a local batch outside the range measured for this job and GPU type",
     "no_interconnect_facts": "no link bandwidths for this GPU type: the step time is the "
     "one-GPU time (perfect scaling) with a wide interval",
-    "slower_links": "links slower than those of every multi-GPU training row on one node (or "
-    "across nodes, as this row): the communication model is not extrapolated there, the step "
+    "slower_links": "links assumed from the interconnect table (not stated on the row) and "
+    "slower than those of every multi-GPU training row on one node (or across nodes, as this "
+    "row): the communication model is not extrapolated there, the step "
     "time is the one-GPU time (perfect scaling) with a wide interval",
     "monotonic_guard": "raised to the step time predicted for a slower GPU or a smaller batch "
     "of the same job and configuration",

@@ -56,7 +56,9 @@ class ScalingPredictor(TaskPredictor):
         self.ratio_model_ = None
         self.new_cluster_blends_: dict[bool, NewClusterBlend] | None = None
         if has_base.sum() >= 8:
-            self.ratio_model_ = make_regressor(self.model, random_state=self.random_state)
+            self.ratio_model_ = make_regressor(
+                self.model, random_state=self.random_state, **_RATIO_PARAMS.get(self.model, {})
+            )
             self.ratio_model_.fit(X[has_base], log_y[has_base] - log_base[has_base])
             folds = self._held_out_clusters(rows)
             self.new_cluster_blends_ = calibrate_by_spread(folds) if folds else None
@@ -209,11 +211,19 @@ class ScalingPredictor(TaskPredictor):
         }
 
     def slower_links(self, link: np.ndarray, rows: pd.DataFrame) -> np.ndarray:
-        """Whether each row's ring link (`link`, GB/s) is slower than every multi-GPU training
-        row's of the same spread (one node or several)."""
+        """Whether each row's ring link (`link`, GB/s) is assumed from the interconnect table
+        (not stated on the row) and slower than every multi-GPU training row's of the same
+        spread (one node or several). A link the row states is the caller's fact (a what-if
+        on the network, say): the communication model answers it, so a slower stated link
+        never predicts a faster step."""
         spread = (rows["num_nodes"] > 1).to_numpy()
         slowest = np.where(spread, self.slowest_link_gbps_[True], self.slowest_link_gbps_[False])
-        return link < slowest
+        stated = np.zeros(len(rows), dtype=bool)
+        for column, where in (("intra_node_bw_gbps", ~spread), ("inter_node_bw_gbps", spread)):
+            if column in rows.columns:
+                own = pd.to_numeric(rows[column], errors="coerce").to_numpy(dtype=float)
+                stated |= where & (own > 0)
+        return (link < slowest) & ~stated
 
     @staticmethod
     def _monotonic(
@@ -254,6 +264,14 @@ class ScalingPredictor(TaskPredictor):
             ceiling = table[cell[these]][:, at_least[code]].min(axis=1)
             guarded[these] = np.minimum(guarded[these], ceiling)
         return guarded, guarded != mid
+
+
+# The trees' correction to the physical base never falls as the overhead the links cause
+# grows (a slower link), so a slower network never predicts a faster step: the base already
+# rises with it. (The fcn family has no such constraint; its answers are checked as they are.)
+_RATIO_PARAMS: dict[str, dict[str, object]] = {
+    "gbm": {"monotone": (("log_overhead_ratio", 1), ("log_comm_ratio", 1))}
+}
 
 
 def _ring_link(rows: pd.DataFrame, links: pd.DataFrame | None = None) -> np.ndarray:
