@@ -61,7 +61,6 @@ class QuantileGBM(BaseEstimator):
         num_leaves: int = 31,
         min_child_samples: int = 5,
         random_state: int = 0,
-        monotone: tuple[tuple[str, int], ...] = (),
     ) -> None:
         self.n_estimators = n_estimators
         self.learning_rate = learning_rate
@@ -70,21 +69,13 @@ class QuantileGBM(BaseEstimator):
         self.num_leaves = num_leaves
         self.min_child_samples = min_child_samples
         self.random_state = random_state
-        # (feature, +1 or -1): the point estimate never falls (+1) or rises (-1) with it
-        self.monotone = monotone
 
-    def _model(
-        self, quantile: float | None = None, columns: list[str] | None = None
-    ) -> lgb.LGBMRegressor:
+    def _model(self, quantile: float | None = None) -> lgb.LGBMRegressor:
         trees, rate = self.n_estimators, self.learning_rate
         objective: dict[str, object] = {"objective": "regression"}
         if quantile is not None:
             trees, rate = self.quantile_estimators, self.quantile_learning_rate
             objective = {"objective": "quantile", "alpha": quantile}
-        if self.monotone and columns is not None and quantile is None:  # L2 only: LightGBM
-            # refuses the constraint with the quantile objective
-            wanted = dict(self.monotone)
-            objective["monotone_constraints"] = [wanted.get(c, 0) for c in columns]
         return lgb.LGBMRegressor(
             n_estimators=trees,
             learning_rate=rate,
@@ -102,11 +93,10 @@ class QuantileGBM(BaseEstimator):
         )
 
     def fit(self, X: pd.DataFrame, y: np.ndarray) -> Self:
-        columns = [str(c) for c in X.columns] if isinstance(X, pd.DataFrame) else None
         self.models_ = [
-            self._model(QUANTILES[0], columns).fit(X, y),
-            self._model(None, columns).fit(X, y),
-            self._model(QUANTILES[2], columns).fit(X, y),
+            self._model(QUANTILES[0]).fit(X, y),
+            self._model().fit(X, y),
+            self._model(QUANTILES[2]).fit(X, y),
         ]
         return self
 

@@ -208,7 +208,7 @@ def test_a_faster_network_given_per_row_predicts_faster_steps(
 ) -> None:
     """A GPU's multi-node rows for a model that knows it from one GPU only: along a sweep of the
     row's own `inter_node_bw_gbps` a faster network never predicts a slower step (p100 did,
-    on 51 of 57 rows, before the trees' correction was made monotone in the overhead). How far
+    on 51 of 57 rows, while the correction saw the links' overhead). How far
     the bandwidth moves the answer is the new-cluster blend's choice (here, trained on Gavel
     alone, it leans on perfect scaling); that the link reaches the physical base is
     `test_synchronization_time_follows_the_link`."""
