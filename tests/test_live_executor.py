@@ -184,6 +184,8 @@ def test_resize_one_two_one_continues_from_the_same_step(executor, reference):
 
 # grad_shards: the global batch of 64 is two micro-shards of 32 whose gradients are added in
 # shard order, so the run is the same bits at one worker or two
+BUSY_S = 600  # seconds: the waits of the sharded resize test (a CI run beside two burners
+# timed out at the defaults)
 SHARDED = JobSpec(
     name="sh", iterations=120, width=128, batch_size=64, num_gpus=2, grad_shards=2,
     checkpoint_every=20, min_step_time_s=0.005, config={"lr_step_every": 25, "lr_gamma": 0.5},
@@ -191,19 +193,21 @@ SHARDED = JobSpec(
 
 
 def test_resize_two_one_two_keeping_the_batch_is_bit_identical_to_a_plain_run(executor, tmp_path):
-    # the plain two-worker run and, on the other GPUs at the same time, the resized one
+    # the plain two-worker run and, on the other GPUs at the same time, the resized one; four
+    # workers and two relaunches on a shared 2-core machine: deadlines for progress, not speed
     submit(executor, "plain2", SHARDED)
     submit(executor, "rs", SHARDED)
     executor.run("plain2", ((0, 2), (0, 3)), 64, "exclusive")
     executor.run("rs", ((0, 0), (0, 1)), 64, "exclusive")
-    executor.wait_until("rs", 10)
+    executor.wait_until("rs", 10, timeout_s=BUSY_S)
     executor.relaunch("rs", ((0, 0),), 64, "resize")  # 2 -> 1 worker, global batch kept
     one_from = int(launches(executor, "rs")[-1].split("from iteration ")[1])
-    executor.wait_until("rs", (one_from // 20 + 1) * 20 + 1)  # a checkpoint at one worker
+    checkpointed = (one_from // 20 + 1) * 20 + 1  # a checkpoint at one worker
+    executor.wait_until("rs", checkpointed, timeout_s=BUSY_S)
     executor.relaunch("rs", ((0, 0), (0, 1)), 64, "resize")  # and back to 2
     two_from = int(launches(executor, "rs")[-1].split("from iteration ")[1])
     assert 10 <= one_from < two_from < SHARDED.iterations
-    wait_all_finished(executor, "plain2", "rs")
+    wait_all_finished(executor, "plain2", "rs", timeout_s=BUSY_S)
     plain, resized = final_state(executor, "plain2"), final_state(executor, "rs")
     assert_bit_identical(resized, plain)
     # and both are the one-worker run's bits: the gradient does not depend on the world size
