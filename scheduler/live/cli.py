@@ -27,6 +27,7 @@ from rich.table import Table
 from perfcast.errors import PerfcastError
 from perfcast.paths import state_dir
 from perfcast.scheduler.live.local_cluster import ClusterError, LocalCluster, use_token
+from perfcast.scheduler.live.predictions import PREDICTOR_HELP
 from perfcast.scheduler.live.service import (
     cluster_info,
     mark_ready,
@@ -108,6 +109,32 @@ def _has_cuda() -> bool:
 
 
 PolicyOpt = Annotated[str, typer.Option(help="scheduling policy (see scheduler.policies)")]
+PredictorOpt = Annotated[str | None, typer.Option("--predictor", help=PREDICTOR_HELP)]
+PredictorUrlOpt = Annotated[
+    str, typer.Option("--predictor-url", help="the prediction service, for --predictor http")
+]
+GpuTypeOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--gpu-type",
+        help="GPU type to predict for on nodes whose Ray resources name none (logical GPUs); "
+        "a node's own accelerator_type is used where Ray reports one",
+    ),
+]
+DEFAULT_PREDICTOR_URL = "http://127.0.0.1:8000"
+
+
+def _live_predictor(executor, policy, predictor: str | None, url: str, gpu_type: str | None):
+    """The policy's `JobPredictor` over the chosen backend (None: no predictions)."""
+    from perfcast.scheduler.cli import backend_factory
+    from perfcast.scheduler.live.predictions import choose_predictor, live_predictor
+
+    backend = choose_predictor(policy, predictor)  # champions: trained by the caller before
+    if backend is None:
+        return None
+    inner = backend_factory(backend, url)(None)  # the live backends ignore the workload
+    gpus_per_node = max(g.gpus_per_node for g in executor.nodes.cluster_spec().groups)
+    return live_predictor(inner, gpu_type=gpu_type, gpus_per_node=max(gpus_per_node, 1))
 
 
 @cluster_app.command("up")
@@ -122,6 +149,9 @@ def cluster_up(
         Path | None, typer.Option(help="with --address: that cluster's Ray auth token file")
     ] = None,
     policy: PolicyOpt = "fifo",
+    predictor: PredictorOpt = None,
+    predictor_url: PredictorUrlOpt = DEFAULT_PREDICTOR_URL,
+    gpu_type: GpuTypeOpt = None,
     round_s: Annotated[float, typer.Option(help="seconds between scheduling rounds")] = 0.5,
     scheduler: Annotated[
         bool, typer.Option(help="start the scheduler service that runs submitted jobs")
@@ -129,6 +159,7 @@ def cluster_up(
     state: StateOpt = None,
 ) -> None:
     """Start a local Ray head (or record an existing cluster) and the scheduler service."""
+    from perfcast.scheduler.live.predictions import choose_predictor, prepare_predictor
     from perfcast.scheduler.policies import make_policy
 
     folder = _state(state)
@@ -136,7 +167,10 @@ def cluster_up(
     if running:
         raise ClusterError(f"{folder}: a scheduler service runs (pid {running.pid}); "
                            "`perfcast cluster down` first")  # fmt: skip
-    make_policy(policy)  # an unknown policy: refused before anything starts
+    chosen = make_policy(policy)  # an unknown policy: refused before anything starts
+    backend = choose_predictor(chosen, predictor)  # as is a predictor it cannot use
+    if scheduler:  # missing champions trained here, not in the service's first round
+        prepare_predictor(chosen, backend, echo=console.print)
     if address is None:
         gpus = num_gpus if num_gpus is not None else (None if _has_cuda() else 4)
         with console.status("starting the Ray head node"):
@@ -150,9 +184,14 @@ def cluster_up(
     )
     if scheduler:
         with console.status("starting the scheduler service"):
-            pid = start_service(folder, policy, round_s)
+            pid = start_service(
+                folder, policy, round_s, predictor=backend or "none", predictor_url=predictor_url,
+                gpu_type=gpu_type,
+            )  # fmt: skip
+        predicted = f", {backend} predictions" if backend else ""
         console.print(
-            f"scheduler service ({policy}) running, pid {pid}; log {folder / 'scheduler.log'}"
+            f"scheduler service ({policy}{predicted}) running, pid {pid}; "
+            f"log {folder / 'scheduler.log'}"
         )
 
 
@@ -197,6 +236,9 @@ def cluster_down(state: StateOpt = None) -> None:
 @cluster_app.command("serve")
 def cluster_serve(
     policy: PolicyOpt = "fifo",
+    predictor: PredictorOpt = None,
+    predictor_url: PredictorUrlOpt = DEFAULT_PREDICTOR_URL,
+    gpu_type: GpuTypeOpt = None,
     round_s: Annotated[float, typer.Option(help="seconds between scheduling rounds")] = 0.5,
     slice_s: Annotated[float, typer.Option(help="time-slice length for shared GPUs")] = 0.2,
     spares: Annotated[int, typer.Option(help="warm spare workers kept per node")] = 1,
@@ -212,11 +254,13 @@ def cluster_serve(
 
     stopping = stop_on_signals()
     folder = _state(state)
+    chosen = make_policy(policy)
     _connect(state, None)
     store = _store(state)
     executor = RayExecutor(store, folder / "checkpoints", slice_s=slice_s, spares_per_node=spares)
     executor.warm_spares()
-    runner = LiveRunner(executor, store, make_policy(policy), round_s=round_s)
+    predictions = _live_predictor(executor, chosen, predictor, predictor_url, gpu_type)
+    runner = LiveRunner(executor, store, chosen, round_s=round_s, predictor=predictions)
     print(f"recovered: {runner.recover()}", flush=True)
     runner.step()
     mark_ready(folder, os.getpid())
@@ -431,6 +475,9 @@ def run_trace(
     slice_s: Annotated[float, typer.Option(help="time-slice length for shared GPUs")] = 0.2,
     spares: Annotated[int, typer.Option(help="warm spare workers kept per node")] = 1,
     num_gpus: Annotated[int, typer.Option(help="logical GPUs of a local cluster")] = 4,
+    predictor: PredictorOpt = None,
+    predictor_url: PredictorUrlOpt = DEFAULT_PREDICTOR_URL,
+    gpu_type: GpuTypeOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="last line: a JSON summary")] = False,
 ) -> None:
     """Drive a trace through the scheduler core on the Ray cluster, to the last job.
@@ -441,12 +488,15 @@ def run_trace(
     import ray
 
     from perfcast.scheduler.live.executor import RayExecutor
+    from perfcast.scheduler.live.predictions import choose_predictor, prepare_predictor
     from perfcast.scheduler.live.runner import LiveRunner
     from perfcast.scheduler.live.trace import load_trace
     from perfcast.scheduler.policies import make_policy
 
     entries = load_trace(trace, time_scale=time_scale, step_s=step_s)
     chosen = make_policy(policy)
+    backend = choose_predictor(chosen, predictor)  # refused before Ray starts
+    prepare_predictor(chosen, backend, echo=console.print)  # missing champions: trained now
     running = service_process(_state(state))
     if running:  # two schedulers on one state would fight over its jobs
         raise ClusterError(
@@ -459,7 +509,8 @@ def run_trace(
         store, _state(state) / "checkpoints", slice_s=slice_s, spares_per_node=spares
     )
     executor.warm_spares()  # before the run's clock starts
-    runner = LiveRunner(executor, store, chosen, round_s=round_s)
+    predictions = _live_predictor(executor, chosen, predictor, predictor_url, gpu_type)
+    runner = LiveRunner(executor, store, chosen, round_s=round_s, predictor=predictions)
     recovered = runner.recover()
     known = {r.job_id for r in store.jobs()}
     for job_id, spec in entries:

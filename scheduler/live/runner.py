@@ -26,6 +26,7 @@ from perfcast.scheduler.core.jobs import Job, JobStatus
 from perfcast.scheduler.core.loop import SchedulingLoop, SchedulingPolicy, apply_decision
 from perfcast.scheduler.core.predictions import JobPredictor
 from perfcast.scheduler.live.executor import RayExecutor
+from perfcast.scheduler.live.predictions import needs_predictor
 from perfcast.scheduler.live.reports import Failed, Finished, Lost, Progress
 from perfcast.scheduler.live.spec import JobSpec, check_shards
 from perfcast.scheduler.live.store import JobStore
@@ -55,6 +56,7 @@ def core_job(job_id: str, spec: JobSpec) -> Job:
         job_id=job_id,
         submit_time_s=spec.submit_time_s,
         job_type=spec.model,
+        trace_job=spec.model,  # the duration predictors' job name (none was drawn)
         num_gpus=spec.num_gpus,
         batch_size=spec.batch_size,
         total_samples=float(spec.total_samples),
@@ -63,10 +65,6 @@ def core_job(job_id: str, spec: JobSpec) -> Job:
 
 class PredictionsNeeded(PerfcastError):
     """The policy cannot decide without predictions and the runner was given none."""
-
-
-# policies that need predictions but decide without them (gandiva time-slices, never packs)
-_DECIDE_WITHOUT_PREDICTIONS = {"gandiva"}
 
 
 @dataclass(frozen=True)
@@ -100,10 +98,10 @@ class LiveRunner:
         predictor: JobPredictor | None = None,
     ) -> None:
         name = getattr(policy, "name", type(policy).__name__)
-        needs = getattr(policy, "needs_predictions", False)
-        if needs and predictor is None and name not in _DECIDE_WITHOUT_PREDICTIONS:
+        if needs_predictor(policy) and predictor is None:
             raise PredictionsNeeded(  # else every round would fail the same way
-                f"policy {name!r} needs predictions; the live scheduler has none for it"
+                f"policy {name!r} needs predictions; the live scheduler has none for it "
+                "(the CLI: --predictor inprocess or http)"
             )
         self.executor, self.store, self.round_s = executor, store, round_s
         cluster = ClusterState(executor.nodes.cluster_spec())

@@ -51,20 +51,24 @@ def service_process(state: Path) -> psutil.Process | None:
     return proc if serving and proc.status() != psutil.STATUS_ZOMBIE else None
 
 
-def start_service(state: Path, policy: str, round_s: float, timeout_s: float = 120.0) -> int:
+def start_service(
+    state: Path,
+    policy: str,
+    round_s: float,
+    timeout_s: float = 120.0,
+    *,
+    predictor: str = "none",
+    predictor_url: str = "http://127.0.0.1:8000",
+    gpu_type: str | None = None,
+) -> int:
     """Start `perfcast cluster serve` for `state` in the background and wait until its first
-    round; its pid. ClusterError, with its log's tail, if it exits first."""
+    round; its pid. ClusterError, with its log's tail, if it exits first. `predictor` and the
+    options after it: the service's prediction backend (`predictions.py`)."""
     perfcast = str(Path(sys.executable).parent / "perfcast")
-    cmd = [
-        perfcast,
-        *SERVE_ARGS,
-        "--policy",
-        policy,
-        "--round-s",
-        str(round_s),
-        "--state",
-        str(state),
-    ]
+    cmd = [perfcast, *SERVE_ARGS, "--policy", policy, "--round-s", str(round_s)]
+    cmd += ["--predictor", predictor, "--predictor-url", predictor_url]
+    cmd += ["--gpu-type", gpu_type] if gpu_type else []
+    cmd += ["--state", str(state)]
     log = (state / "scheduler.log").open("ab")
     proc = subprocess.Popen(
         cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
