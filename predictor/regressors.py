@@ -6,6 +6,7 @@ numbers or pandas categoricals, so either one can sit behind any tabular task pr
 
 from __future__ import annotations
 
+import copy
 import warnings
 from typing import Self
 
@@ -164,12 +165,17 @@ class TabularEncoder:
             warnings.simplefilter("ignore", RuntimeWarning)
             self.mean_ = np.nan_to_num(np.nanmean(values, axis=0))
             self.std_ = np.nan_to_num(np.nanstd(values, axis=0), nan=1.0)
+            self.low_ = np.nan_to_num(np.nanmin(values, axis=0), nan=0.0)
+            self.high_ = np.nan_to_num(np.nanmax(values, axis=0), nan=0.0)
         self.std_[self.std_ < 1e-9] = 1.0
         return self
 
     def transform(self, X: pd.DataFrame) -> np.ndarray:
         values = X[self.numeric_].to_numpy(dtype=np.float64)
         missing = np.isnan(values)
+        # beyond the training range a number counts as its nearest seen value, as in a tree:
+        # a network extrapolates linearly, without bound (a new GPU's specs)
+        values = np.clip(values, self.low_, self.high_)
         scaled = np.where(missing, 0.0, (values - self.mean_) / self.std_)
         parts = [scaled, missing.astype(np.float64)]
         for column, categories in self.categorical_.items():
@@ -181,9 +187,16 @@ class TabularEncoder:
         return np.hstack(parts).astype(np.float32)
 
 
+MIN_VALIDATED_ROWS = 20  # fewer: every row trains, for all the epochs
+
+
 class QuantileMLP(BaseEstimator):
     """A fully connected network with three quantile heads (p10, p50, p90), trained with the
-    pinball loss; an ensemble of `n_members` networks averages out initialization noise."""
+    pinball loss; an ensemble of `n_members` networks averages out initialization noise.
+
+    On a small table each member keeps the epoch with the lowest loss on a fifth of the rows
+    it does not train on (`validation`): on a hundred rows (runtime's samples) a network
+    trained for all its epochs fits their noise."""
 
     def __init__(
         self,
@@ -194,9 +207,11 @@ class QuantileMLP(BaseEstimator):
         batch_size: int = 256,
         n_members: int = 2,
         max_steps: int = 2000,
+        validation: float = 0.2,
         random_state: int = 0,
     ) -> None:
         self.max_steps = max_steps
+        self.validation = validation
         self.hidden = hidden
         self.epochs = epochs
         self.lr = lr
@@ -218,22 +233,43 @@ class QuantileMLP(BaseEstimator):
         self.members_ = []
         for member in range(self.n_members):
             torch.manual_seed(self.random_state + member)
+            held, train = self._validation_split(n, member)
             net = _MLP(features.shape[1], tuple(self.hidden), len(QUANTILES))
             optimizer = torch.optim.AdamW(
                 net.parameters(), lr=self.lr, weight_decay=self.weight_decay
             )
             scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, epochs)
+            best, best_state = np.inf, None
             for _ in range(epochs):
-                order = torch.randperm(n)
-                for start in range(0, n, self.batch_size):
-                    idx = order[start : start + self.batch_size]
+                net.train()
+                shuffled = train[torch.randperm(len(train))]
+                for start in range(0, len(train), self.batch_size):
+                    idx = shuffled[start : start + self.batch_size]
                     optimizer.zero_grad()
                     pinball_loss(net(features[idx]), target[idx], quantiles).backward()
                     optimizer.step()
                 scheduler.step()
+                if len(held):
+                    net.eval()
+                    with torch.inference_mode():
+                        loss = float(pinball_loss(net(features[held]), target[held], quantiles))
+                    if loss < best:
+                        best, best_state = loss, copy.deepcopy(net.state_dict())
+            if best_state is not None:
+                net.load_state_dict(best_state)
             net.eval()
             self.members_.append(net)
         return self
+
+    def _validation_split(self, n: int, member: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(validation rows, training rows) of one member. Only a small table is validated:
+        a big one is already stopped early by `max_steps` (its rows seen a few times each),
+        and on it a held-out fifth costs accuracy (leave-one-cluster-out scaling, sia-rtx:
+        14.7% -> 18.4%); none under MIN_VALIDATED_ROWS rows."""
+        rng = np.random.default_rng(self.random_state + member)
+        small = n >= MIN_VALIDATED_ROWS and n * self.epochs <= self.max_steps * self.batch_size
+        held = rng.random(n) < (self.validation if small else 0.0)
+        return torch.from_numpy(np.flatnonzero(held)), torch.from_numpy(np.flatnonzero(~held))
 
     def predict_quantiles(self, X: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         features = torch.from_numpy(self.encoder_.transform(X))

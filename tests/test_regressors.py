@@ -1,0 +1,58 @@
+"""The tabular families on tables unlike their training rows: a number beyond the training
+range reads as the nearest one seen (as a tree reads it), and a network fitted on a small
+table keeps the epoch held-out rows liked best, not the one that fitted the noise."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import torch
+from conftest import requires_data
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from perfcast import datasets
+from perfcast.features.graphs import sample_table, samples
+from perfcast.predictor import make_predictor
+from perfcast.predictor.regressors import TabularEncoder
+
+torch.set_num_threads(1)
+finite = st.floats(-1e6, 1e6, allow_nan=False)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    train=st.lists(st.tuples(finite, finite), min_size=2, max_size=30),
+    query=st.tuples(st.floats(-1e9, 1e9), st.floats(-1e9, 1e9)),
+)
+def test_a_number_beyond_the_training_range_encodes_as_the_nearest_seen(train, query) -> None:
+    table = pd.DataFrame(train, columns=["a", "b"])
+    encoder = TabularEncoder().fit(table)
+    asked = pd.DataFrame([query], columns=["a", "b"])
+    nearest = asked.clip(table.min(), table.max(), axis=1)
+    assert np.array_equal(encoder.transform(asked), encoder.transform(nearest))
+
+
+@requires_data
+def test_fcn_on_gpus_it_never_saw_beats_the_roofline() -> None:
+    """Leave one GPU out, pooled: trained for all its epochs on the ~90 samples of the other
+    GPUs, the network scored 33.7% against the roofline's 33.3% (now ~13%)."""
+    graphs = datasets.load("neusight-graphs")
+    errors, roofline_errors = [], []
+    for device in graphs["device"].unique():
+        train, test = graphs[graphs["device"] != device], graphs[graphs["device"] == device]
+        truth = samples(test)["e2e_latency_ms"]
+        model = make_predictor("runtime", "fcn").fit(train)
+        predicted = model.predict_interval(test)["e2e_latency_ms"].reindex(truth.index)
+        X_train, log_train = sample_table(train)
+        measured = samples(train)["e2e_latency_ms"].reindex(X_train.index)
+        scale = np.median(measured / np.exp(log_train))  # the roofline's fitted efficiency
+        X_test, log_test = sample_table(test)
+        roofline = pd.Series(np.exp(log_test) * scale, index=X_test.index).reindex(truth.index)
+        errors.append(np.abs(predicted / truth - 1))
+        roofline_errors.append(np.abs(roofline / truth - 1))
+    fcn_error, roofline_error = (
+        np.mean(np.concatenate(errors)),
+        np.mean(np.concatenate(roofline_errors)),
+    )
+    assert fcn_error < 0.6 * roofline_error, (fcn_error, roofline_error)
