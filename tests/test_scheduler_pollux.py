@@ -25,8 +25,8 @@ def workload():
     return prepare_workload("pollux-workloads:workloads/workload-1", SPEC)
 
 
-def first_round(workload, job_ids):
-    policy = make_policy("pollux")
+def first_round(workload, job_ids, model="oracle"):
+    policy = make_policy("pollux", model=model)
     policy.configure(workload)
     jobs = JobTable()
     for job in workload.jobs:
@@ -53,10 +53,12 @@ def test_ncf_keeps_the_artifacts_fixed_batch_on_one_gpu(workload):
     assert [(a.num_gpus, a.batch_size) for a in plan] == [(1, 32768)]
 
 
-def test_first_jobs_of_a_workload_all_finish_their_work(workload):
+@pytest.mark.parametrize("model", ["fitted", "oracle"])
+def test_first_jobs_of_a_workload_all_finish_their_work(workload, model):
     workload.jobs = workload.jobs[:8]
     costs = Costs(restart_s=30.0, start_s=30.0, resize_s=30.0)
-    result = simulate(workload, SPEC, make_policy("pollux"), costs=costs, round_s=60.0)
+    policy = make_policy("pollux", model=model)
+    result = simulate(workload, SPEC, policy, costs=costs, round_s=60.0)
     for state in result.jobs.all.values():
         assert state.status is JobStatus.DONE
         assert result.accounting.samples[state.job_id] >= state.job.total_samples * (1 - 1e-6)

@@ -5,9 +5,13 @@ and batch size are chosen for goodput, throughput x statistical efficiency.
   global batch sizes in geometric steps between the smallest that fills n GPUs and the largest
   validated (Pollux's `GoodputFunction.optimize`, gradient accumulation above the largest local
   batch), of samples/s at that batch times the statistical efficiency the job's gradient noise
-  of its current epoch gives it. Step times and noise come from the job's model
+  of its current epoch gives it. `model=fitted` (the default, as Pollux): step times come from
+  a throughput model fitted to the step times each job reported in the configurations it ran
+  (`pollux_throughput`; a job never run gets one GPU, and at most twice the GPUs it has run
+  on), and efficiency from the gradient noise it reported at its current batch, extrapolated
+  to other batches with Pollux's formula. `model=oracle`: both read from the job's true model
   (`Workload.statistical_model`: the Pollux artifact's measured placements and validation
-  runs, what its simulated jobs report), so decisions here are oracle decisions.
+  runs at every batch size).
 - Allocation: jobs in order of least attained service (Pollux's job order) get one GPU each
   while GPUs remain (jobs without a goodput model get their requested count); the GPUs left go
   one step at a time to the job whose goodput gains the most per added GPU (in log terms: the
@@ -37,10 +41,12 @@ from perfcast.scheduler.core.loop import (
     RoundContext,
     SchedulingPolicy,
 )
-from perfcast.scheduler.policies import register
+from perfcast.scheduler.policies import PolicyOptionError, register
+from perfcast.scheduler.policies.pollux_throughput import JobProfile
 
 GPUS_PER_NODE = 4  # the artifact's T4 nodes; goodput is estimated for packed placements
 FIXED = {"ncf-movielens": 32768}  # the artifact pins NCF's batch and gives it one GPU
+MODELS = ("fitted", "oracle")  # where step times and gradient noise come from
 
 
 class PackingPlacement(ConsolidatedPlacement):
@@ -69,11 +75,14 @@ class PackingPlacement(ConsolidatedPlacement):
 
 @register("pollux")
 class PolluxPolicy(SchedulingPolicy):
-    def __init__(self, restart_s: float = 30.0, max_gpus: int = 64) -> None:
-        self.restart_s, self.max_gpus = restart_s, max_gpus
+    def __init__(self, restart_s: float = 30.0, max_gpus: int = 64, model: str = "fitted") -> None:
+        if model not in MODELS:
+            raise PolicyOptionError(f"pollux model={model!r}: choose one of {', '.join(MODELS)}")
+        self.restart_s, self.max_gpus, self.model = restart_s, max_gpus, model
         self.placement = PackingPlacement()
         self._model: Any = None
-        self._best: dict[tuple[str, int, int], tuple[float, int]] = {}
+        self._best: dict[tuple, tuple[float, int]] = {}
+        self.profiles: dict[str, JobProfile] = {}
 
     def configure(self, workload: Any) -> None:
         self._model = workload.statistical_model
@@ -84,24 +93,58 @@ class PolluxPolicy(SchedulingPolicy):
         if app is None or not state.job.statistical:
             return float(num_gpus), state.job.batch_size
         epoch = app.epoch_at(state.samples_done)
-        key = (state.job.job_type, epoch, num_gpus)
+        if self.model == "oracle":
+            key: tuple = (state.job.job_type, epoch, num_gpus)
+        else:
+            profile = self.profiles.get(state.job_id)
+            if profile is None or profile.params is None:  # never run: no model yet
+                return float(num_gpus), FIXED.get(state.job.job_type, app.init_batch)
+            key = (state.job_id, epoch, num_gpus, profile.version, state.batch_size)
         if key not in self._best:
-            placement = placement_of(num_gpus)
-            fixed = FIXED.get(state.job.job_type)
-            if fixed is not None:
-                batches = [fixed]
-            else:
-                low = max(app.init_batch, app.min_local * num_gpus)
-                high = int(app.batches[-1])
-                if low > high:
-                    self._best[key] = (0.0, low)
-                    return self._best[key]
-                batches = sorted({int(b) for b in np.geomspace(low, high, 50)})
+            self._best[key] = self._best_batch(app, state, epoch, num_gpus)
+        return self._best[key]
+
+    def _best_batch(self, app: Any, state: JobState, epoch: int, n: int) -> tuple[float, int]:
+        fixed = FIXED.get(state.job.job_type)
+        if fixed is not None:
+            batches = [fixed]
+        else:
+            low, high = max(app.init_batch, app.min_local * n), int(app.batches[-1])
+            if low > high:
+                return 0.0, low
+            batches = sorted({int(b) for b in np.geomspace(low, high, 50)})
+        placement = placement_of(n)
+        if self.model == "oracle":
             work = float(app.starts[epoch]) * app.init_batch
             rates = [app.rate(placement, b, work) for b in batches]
-            best = int(np.argmax(rates))
-            self._best[key] = (rates[best], batches[best])
-        return self._best[key]
+        else:
+            params = self.profiles[state.job_id].params
+            noise = app.noise(max(state.batch_size, app.init_batch), epoch)  # as reported
+            splits = [app.split(b, n) for b in batches]
+            steps = params.step_time(
+                len(placement), n, [s.atomic for s in splits], [s.accum for s in splits]
+            )
+            processed = [s.global_batch(n) for s in splits]
+            rates = [
+                b / t * app.efficiency(b, epoch, noise)
+                for b, t in zip(processed, steps, strict=True)
+            ]
+        best = int(np.argmax(rates))
+        return float(rates[best]), batches[best]
+
+    def _report(self, ctx: RoundContext) -> None:
+        """Each running statistical job reports the step time of the configuration it runs
+        (the simulated job's true step and sync seconds there), as an AdaptDL job does."""
+        for state in ctx.jobs.active.values():
+            app = self._model(state.job.job_type) if self._model else None
+            if app is None or not state.job.statistical or not state.gpus:
+                continue
+            per_node = Counter(node for node, _ in state.gpus)
+            placement = tuple(per_node[node] for node in sorted(per_node))
+            split = app.split(state.batch_size, state.num_gpus)
+            step, sync = app.step_and_sync(placement, split.atomic)
+            profile = self.profiles.setdefault(state.job_id, JobProfile())
+            profile.report(len(placement), state.num_gpus, split.atomic, step - sync, step)
 
     def _cap(self, state: JobState, total: int) -> int:
         app = self._model(state.job.job_type) if self._model else None
@@ -109,7 +152,11 @@ class PolluxPolicy(SchedulingPolicy):
             return state.job.num_gpus
         if state.job.job_type in FIXED:
             return 1
-        return max(1, min(self.max_gpus, total, int(app.batches[-1]) // app.min_local))
+        cap = max(1, min(self.max_gpus, total, int(app.batches[-1]) // app.min_local))
+        if self.model == "fitted":
+            profile = self.profiles.get(state.job_id)
+            cap = min(cap, profile.max_replicas if profile else 1)
+        return cap
 
     def _value(self, state: JobState, n: int, now: float) -> float:
         """Goodput on n GPUs, discounted by the restart it would cost a running job."""
@@ -122,6 +169,8 @@ class PolluxPolicy(SchedulingPolicy):
         return value
 
     def schedule(self, ctx: RoundContext) -> list[Allocation]:
+        if self.model == "fitted":
+            self._report(ctx)
         now, total = ctx.now, ctx.cluster.total_gpus
         states = sorted(
             ctx.jobs.active.values(),

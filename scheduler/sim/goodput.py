@@ -130,12 +130,19 @@ class Application:
         """Work at which the job's current epoch ends."""
         return float(self.starts[self.epoch_at(work) + 1]) * self.init_batch
 
-    def efficiency(self, batch: int, epoch: int) -> float:
-        """Statistical efficiency of global batch `batch` in `epoch`: initial-batch samples
-        gained per sample processed."""
+    def noise(self, batch: int, epoch: int) -> tuple[float, float]:
+        """The gradient's (sqr, var) a job training at global `batch` measures in `epoch`."""
         b = float(np.clip(batch, self.batches[0], self.batches[-1]))
         sqr = float(np.interp(b, self.batches, self.sqr[:, epoch]))
         var = float(np.interp(b, self.batches, self.var[:, epoch]))
+        return sqr, var
+
+    def efficiency(self, batch: int, epoch: int, noise: tuple[float, float] | None = None) -> float:
+        """Statistical efficiency of global batch `batch` in `epoch`: initial-batch samples
+        gained per sample processed. `noise`: the (sqr, var) to extrapolate from (what a job
+        reported at its own batch, as Pollux's scheduler knows it); default, the truth at
+        `batch`."""
+        sqr, var = noise if noise is not None else self.noise(batch, epoch)
         scale = batch / self.init_batch
         denom = var / scale + sqr
         gain = (var + sqr) / denom if denom > 0 else 1.0

@@ -1,0 +1,152 @@
+"""A job's throughput model as Pollux learns it (OSDI'21, section 3.2; adaptdl's
+`goodput.py`): fitted from the step times the job reports in the configurations it has run,
+not read from the truth the simulator advances it with.
+
+    compute of one pass  T_c(atomic)       = alpha_c + beta_c * atomic
+    gradient sync        T_s(nodes, r)     = alpha + beta * (r - 2) for r > 1 replicas, with
+                                             (alpha_r, beta_r) on one node, (alpha_n, beta_n)
+                                             across nodes (ring all-reduce); 0 for r = 1
+    optimizer step       T_o               = (T_c^gamma + T_s^gamma)^(1 / gamma)
+    a step with `accum` extra passes         = accum * T_c + T_o
+
+Fitted by least squares on the log of both reported times, with Pollux's priors: parameters the
+profile cannot identify are pinned (no multi-node run: alpha_n, beta_n; no multi-GPU run on one
+node: alpha_r, beta_r; never more than two replicas: both betas; one local batch only:
+alpha_c at half the pass time), a small pull of gamma toward 1 and of the betas toward 0
+(an optimistic model), and sync across nodes at least 1.1x sync on one node when no
+multi-node run was seen. Before a job has run on more than one GPU the model is perfect
+scaling, and `max_replicas` lets the policy give it at most twice the GPUs it has run on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy.optimize import minimize
+
+TINY = 1e-8  # lower bound of every time parameter (a zero would break the logs)
+MAX_GAMMA = 10.0
+
+
+@dataclass(frozen=True)
+class ThroughputParams:
+    alpha_c: float
+    beta_c: float
+    alpha_n: float
+    beta_n: float
+    alpha_r: float
+    beta_r: float
+    gamma: float
+
+    def pass_time(self, atomic: np.ndarray) -> np.ndarray:
+        """Seconds of one forward/backward pass at `atomic` samples per GPU."""
+        return np.maximum(self.alpha_c + self.beta_c * np.asarray(atomic, dtype=float), TINY)
+
+    def sync_time(self, nodes: np.ndarray, replicas: np.ndarray) -> np.ndarray:
+        nodes, replicas = np.asarray(nodes), np.asarray(replicas, dtype=float)
+        alpha = np.where(nodes > 1, self.alpha_n, self.alpha_r)
+        beta = np.where(nodes > 1, self.beta_n, self.beta_r)
+        return np.where(replicas > 1, alpha + beta * np.maximum(replicas - 2, 0.0), 0.0)
+
+    def optim_time(self, nodes, replicas, atomic) -> np.ndarray:
+        """Seconds of a step that synchronizes: compute and sync overlapped per `gamma`."""
+        compute, sync = self.pass_time(atomic), self.sync_time(nodes, replicas)
+        return (compute**self.gamma + sync**self.gamma) ** (1.0 / self.gamma)
+
+    def step_time(self, nodes, replicas, atomic, accum) -> np.ndarray:
+        """Seconds of one global-batch step with `accum` extra passes before the sync."""
+        return np.asarray(accum) * self.pass_time(atomic) + self.optim_time(nodes, replicas, atomic)
+
+
+def _unpack(x: np.ndarray) -> ThroughputParams:
+    return ThroughputParams(*map(float, x))
+
+
+def _objective(x: np.ndarray, nodes, replicas, atomic, pass_s, optim_s) -> float:
+    params = _unpack(x)
+    pass_err = np.log(params.pass_time(atomic)) - np.log(pass_s)
+    optim_err = np.log(params.optim_time(nodes, replicas, atomic)) - np.log(optim_s)
+    rmse = np.sqrt(np.mean(pass_err**2)) + np.sqrt(np.mean(optim_err**2))
+    prior = 1e-3 * (params.gamma - 1.0) ** 2  # easier to fit the alphas and betas near 1
+    prior += 1e-2 * ((params.beta_n / params.alpha_n) ** 2 + (params.beta_r / params.alpha_r) ** 2)
+    return float(rmse + prior)
+
+
+def fit_throughput(
+    nodes: np.ndarray,
+    replicas: np.ndarray,
+    atomic: np.ndarray,
+    pass_s: np.ndarray,
+    optim_s: np.ndarray,
+) -> ThroughputParams:
+    """The model fitted to a job's reports: per configuration, its nodes, replicas, samples
+    per GPU per pass, seconds of a pass without sync and of a step with it."""
+    nodes, replicas = np.asarray(nodes), np.asarray(replicas)
+    atomic, pass_s, optim_s = (np.asarray(a, dtype=float) for a in (atomic, pass_s, optim_s))
+    if not len(nodes):
+        raise ValueError("fitting a throughput model needs at least one reported step")
+    start = np.array([1e-1, 1e-2] * 3 + [1.0 + 1e-3])
+    lower = np.array([TINY, TINY] * 3 + [1.0])
+    upper = np.array([np.inf, np.inf] * 3 + [MAX_GAMMA])
+
+    def pin(index: int, value: float) -> None:
+        start[index] = lower[index] = upper[index] = value
+
+    if len(np.unique(atomic)) == 1:  # one local batch: the pass time splits evenly
+        pin(0, float(np.mean(pass_s)) / 2)
+    if not np.any(nodes > 1):
+        pin(2, TINY)
+        pin(3, TINY)
+    if not np.any((nodes == 1) & (replicas > 1)):
+        pin(4, TINY)
+        pin(5, TINY)
+    if not np.any(replicas > 2):
+        pin(3, TINY)
+        pin(5, TINY)
+    result = minimize(
+        _objective,
+        start,
+        args=(nodes, replicas, atomic, pass_s, optim_s),
+        method="L-BFGS-B",
+        bounds=list(zip(lower, upper, strict=True)),
+    )
+    x = np.clip(result.x, lower, upper)
+    if not np.any(nodes > 1):  # never seen across nodes: no faster than on one node
+        x[2], x[3] = max(x[2], 1.1 * x[4]), max(x[3], 1.1 * x[5])
+    return _unpack(x)
+
+
+@dataclass
+class JobProfile:
+    """What one job reported: per (nodes, replicas, samples per GPU per pass), the seconds of
+    a pass without sync and of a step with it (the latest report of each), and its model,
+    refitted when a new configuration is reported."""
+
+    reports: dict[tuple[int, int, int], tuple[float, float]] = field(default_factory=dict)
+    _params: ThroughputParams | None = None
+
+    def report(self, nodes: int, replicas: int, atomic: int, pass_s: float, optim_s: float) -> None:
+        key = (nodes, replicas, atomic)
+        if key not in self.reports:
+            self._params = None
+        self.reports[key] = (pass_s, optim_s)
+
+    @property
+    def max_replicas(self) -> int:
+        """Pollux's exploration cap: twice the most GPUs the job has run on (1 if never run)."""
+        return max(2 * max((r for _, r, _ in self.reports), default=0), 1)
+
+    @property
+    def params(self) -> ThroughputParams | None:
+        """The fitted model; None before the first report."""
+        if self._params is None and self.reports:
+            keys = np.array(list(self.reports), dtype=float)
+            times = np.array(list(self.reports.values()), dtype=float)
+            self._params = fit_throughput(keys[:, 0], keys[:, 1], keys[:, 2], *times.T)
+        return self._params
+
+    @property
+    def version(self) -> int:
+        """Changes whenever the model may have changed (the number of configurations)."""
+        return len(self.reports)

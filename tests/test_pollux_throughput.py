@@ -1,0 +1,128 @@
+"""Pollux's throughput model as the `pollux` policy fits it from what jobs report
+(scheduler/policies/pollux_throughput.py): the fit recovers a model from its own times, the
+model's step time never falls as a step does more, and a job the policy has never seen run
+gets one GPU, then at most twice the GPUs it has run on."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from perfcast.datasets.fetch import shared_data_available
+from perfcast.scheduler.core import ClusterSpec, ClusterState
+from perfcast.scheduler.core.decisions import Run
+from perfcast.scheduler.core.jobs import JobTable
+from perfcast.scheduler.core.loop import RoundContext, apply_decision
+from perfcast.scheduler.policies import PolicyOptionError, make_policy
+from perfcast.scheduler.policies.pollux_throughput import (
+    JobProfile,
+    ThroughputParams,
+    fit_throughput,
+)
+
+TRUE = ThroughputParams(
+    alpha_c=0.05, beta_c=0.002, alpha_n=0.2, beta_n=0.02, alpha_r=0.03, beta_r=0.004, gamma=1.5
+)
+CONFIGS = [  # (nodes, replicas, samples per GPU per pass): one node and across nodes
+    (1, 1, 32), (1, 1, 64), (1, 2, 32), (1, 4, 64), (1, 4, 16), (2, 8, 32), (4, 16, 64),
+    (3, 12, 16), (2, 6, 64),
+]  # fmt: skip
+
+
+def test_the_fit_recovers_step_times_from_the_models_own_reports() -> None:
+    nodes, replicas, atomic = (np.array(c) for c in zip(*CONFIGS, strict=True))
+    fitted = fit_throughput(
+        nodes, replicas, atomic, TRUE.pass_time(atomic), TRUE.optim_time(nodes, replicas, atomic)
+    )
+    for model in (TRUE, fitted):  # and configurations never reported
+        assert model.pass_time(128) > 0
+    asked = [(1, 3, 48), (2, 8, 128), (8, 32, 32), (1, 1, 8)]
+    n, r, a = (np.array(c) for c in zip(*asked, strict=True))
+    for accum in (0, 2):
+        truth, got = TRUE.step_time(n, r, a, accum), fitted.step_time(n, r, a, accum)
+        np.testing.assert_allclose(got, truth, rtol=0.05)
+
+
+def test_reports_from_one_gpu_only_predict_perfect_scaling() -> None:
+    profile = JobProfile()
+    profile.report(1, 1, 64, 0.2, 0.2)
+    params = profile.params
+    one = float(params.step_time(1, 1, 64, 0))
+    for nodes, replicas in ((1, 2), (1, 4), (2, 8)):  # no sync model yet: optimistic
+        assert float(params.step_time(nodes, replicas, 64, 0)) == pytest.approx(one, rel=1e-3)
+    assert profile.max_replicas == 2
+
+
+def test_never_faster_across_nodes_than_on_one_when_never_seen_across_nodes() -> None:
+    profile = JobProfile()
+    for replicas, sync in ((1, 0.0), (2, 0.05), (4, 0.08)):
+        step = 0.2 + sync
+        profile.report(1, replicas, 32, 0.2, step)
+    params = profile.params
+    assert float(params.sync_time(2, 8)) >= float(params.sync_time(1, 8))
+    assert profile.max_replicas == 8
+
+
+time_param = st.floats(1e-4, 2.0)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    params=st.builds(
+        ThroughputParams,
+        time_param,
+        time_param,
+        time_param,
+        time_param,
+        time_param,
+        time_param,
+        st.floats(1.0, 10.0),
+    ),
+    nodes=st.integers(1, 16),
+    replicas=st.integers(1, 64),
+    atomic=st.integers(1, 1024),
+    accum=st.integers(0, 8),
+)
+def test_a_step_that_does_more_never_takes_less_time(params, nodes, replicas, atomic, accum):
+    nodes = min(nodes, replicas)
+    base = float(params.step_time(nodes, replicas, atomic, accum))
+    assert float(params.step_time(nodes, replicas, atomic + 1, accum)) >= base
+    assert float(params.step_time(nodes, replicas, atomic, accum + 1)) >= base
+    same_spread = 1 if nodes == 1 else max(nodes, 2)
+    more = float(params.step_time(same_spread, replicas + 1, atomic, accum))
+    assert more >= float(params.step_time(same_spread, replicas, atomic, accum)) - 1e-12
+    compute, sync = params.pass_time(atomic), params.sync_time(nodes, replicas)
+    assert float(params.optim_time(nodes, replicas, atomic)) >= max(compute, sync) - 1e-12
+
+
+def test_an_unknown_model_option_is_refused_by_name() -> None:
+    with pytest.raises(PolicyOptionError, match="model='magic'"):
+        make_policy("pollux", model="magic")
+
+
+SPEC = ClusterSpec.parse("16x4:t4")
+
+
+@pytest.mark.skipif(not shared_data_available(), reason="the public datasets are not available")
+def test_a_job_gets_one_gpu_then_at_most_twice_the_gpus_it_ran_on() -> None:
+    from perfcast.scheduler.sim.run import prepare_workload
+
+    workload = prepare_workload("pollux-workloads:workloads/workload-1", SPEC)
+    policy = make_policy("pollux")  # fitted
+    policy.configure(workload)
+    jobs, cluster = JobTable(), ClusterState(SPEC)
+    job = next(j for j in workload.jobs if j.job_id.endswith("/cifar10-0"))
+    jobs.add(job)
+    app = workload.statistical_model(job.job_type)
+    (alloc,) = policy.schedule(RoundContext(0.0, cluster, jobs))
+    assert (alloc.num_gpus, alloc.batch_size) == (1, app.init_batch)  # nothing reported yet
+    slots = cluster.find_free(1, None)
+    apply_decision(Run(job.job_id, slots, alloc.batch_size), cluster, jobs, 0.0)
+    (alloc,) = policy.schedule(RoundContext(3600.0, cluster, jobs))
+    assert alloc.num_gpus <= 2  # cifar10 scales, but it has run on one GPU only
+    profile = policy.profiles[job.job_id]
+    assert list(profile.reports) == [(1, 1, app.init_batch)]
+    step, sync = app.step_and_sync((1,), app.init_batch)
+    assert profile.reports[(1, 1, app.init_batch)] == pytest.approx((step - sync, step))
