@@ -35,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 import httpx
@@ -97,7 +98,7 @@ async def open_loop(url: str, rate: float, seconds: float, clients: int) -> dict
     latency counts from each request's scheduled send time."""
     count = int(rate * seconds)
     queue: asyncio.Queue[float] = asyncio.Queue()
-    answers: list[tuple[int, float]] = []
+    answers: list[tuple[int | str, float]] = []
     body = {"rows": [ROW]}
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
     async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as client:
@@ -110,8 +111,8 @@ async def open_loop(url: str, rate: float, seconds: float, clients: int) -> dict
                     await asyncio.sleep(delay)
                 try:
                     status = (await client.post("/v1/predict/scaling", json=body)).status_code
-                except httpx.HTTPError:
-                    status = 0  # refused or dropped connection, or a timeout
+                except httpx.HTTPError as error:
+                    status = type(error).__name__  # client-side: refused, dropped, timed out
                 answers.append((status, time.perf_counter() - scheduled))
                 queue.task_done()
 
@@ -155,12 +156,12 @@ async def burst(url: str, count: int) -> dict[str, float]:
     limits = httpx.Limits(max_connections=count, max_keepalive_connections=0)
     async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as client:
 
-        async def one() -> tuple[int, float]:
+        async def one() -> tuple[int | str, float]:
             start = time.perf_counter()
             try:
                 status = (await client.post("/v1/predict/scaling", json=body)).status_code
-            except httpx.HTTPError:
-                status = 0  # refused or dropped connection
+            except httpx.HTTPError as error:
+                status = type(error).__name__  # client-side: refused or dropped connection
             return status, time.perf_counter() - start
 
         start = time.perf_counter()
@@ -169,14 +170,20 @@ async def burst(url: str, count: int) -> dict[str, float]:
     return _overload_summary(answers, elapsed)
 
 
-def _overload_summary(answers: list[tuple[int, float]], elapsed: float) -> dict[str, float]:
-    codes = np.array([a[0] for a in answers])
+def _overload_summary(answers: list[tuple[int | str, float]], elapsed: float) -> dict:
+    """Counts by outcome; an answer is an HTTP status, or the name of the httpx exception when
+    the client got none (so server errors and client-side failures are told apart)."""
+    codes = [a[0] for a in answers]
     admitted = np.array([a[1] for a in answers if a[0] == 200]) * 1000
+    other = Counter(f"HTTP {c}" if isinstance(c, int) else c for c in codes if c not in (200, 503))
     return {
         "requests": len(answers),
-        "ok": int((codes == 200).sum()),
-        "refused_503": int((codes == 503).sum()),
-        "other": int(((codes != 200) & (codes != 503)).sum()),
+        "ok": codes.count(200),
+        "refused_503": codes.count(503),
+        "other": sum(other.values()),
+        "other_kinds": f"({', '.join(f'{k} {n}' for k, n in other.most_common())})"
+        if other
+        else "",
         "p99_admitted_ms": float(np.percentile(admitted, 99)) if admitted.size else math.nan,
         "all_answered_s": elapsed,
     }
@@ -403,7 +410,8 @@ def main() -> None:
         "after |\n|---|---|---|---|---|---|\n"
         + "\n".join(
             f"| {name} | {o['ok']} | {o['refused_503']} ({o['refused_503'] / o['requests']:.0%}) "
-            f"| {o['other']} | {o['p99_admitted_ms']:.0f} ms | {o['all_answered_s']:.1f} s |"
+            f"| {o['other']} {o['other_kinds']} | {o['p99_admitted_ms']:.0f} ms "
+            f"| {o['all_answered_s']:.1f} s |"
             for name, o in (
                 ("burst of 2,000 at once", bursts),
                 (f"open loop at {5 * args.rate:.0f} req/s for {args.overload_seconds:g} s", flood),
