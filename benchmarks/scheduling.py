@@ -305,12 +305,14 @@ def fidelity_table() -> str:
 PEER_CLUSTER = "16x4:t4"
 PEER_COSTS = Costs(restart_s=30.0, start_s=30.0, resize_s=30.0, migrate_s=30.0)
 PEER_ROUND_S = 60.0
-# label: (policy, options); `pollux` decides as Pollux does, from throughput models fitted to
-# what the jobs report, `pollux-oracle` from the jobs' true step times and gradient noise
+# label: (policy, options); `pollux` decides from throughput models fitted to what the jobs of
+# a type reported, `pollux-per-job` to what each job reported itself (as Pollux does),
+# `pollux-oracle` from the jobs' true step times and gradient noise
 PEER_POLICIES = {
     "tiresias": ("tiresias", {"thresholds": 16 * 3600.0}),
     "elastic": ("elastic", {}),
-    "pollux": ("pollux", {"model": "fitted"}),
+    "pollux": ("pollux", {"model": "fitted", "profile": "type"}),
+    "pollux-per-job": ("pollux", {"model": "fitted", "profile": "job"}),
     "pollux-oracle": ("pollux", {"model": "oracle"}),
 }
 PEER_RESULTS = "pollux/simulator/results-jobload/{}-1.0/summary.json"
@@ -358,6 +360,7 @@ def peer_table() -> tuple[str, int, int]:
                 "pollux, fitted (ours, s)": ours["pollux"],
                 "pollux (artifact, s)": theirs["pollux"],
                 "fitted / artifact": ours["pollux"] / theirs["pollux"],
+                "per job / artifact": ours["pollux-per-job"] / theirs["pollux"],
                 "pollux, oracle (ours, s)": ours["pollux-oracle"],
                 "oracle / artifact": ours["pollux-oracle"] / theirs["pollux"],
                 "elastic (ours, s)": ours["elastic"],
@@ -381,12 +384,13 @@ their application's epochs with progress counted at statistical efficiency (the 
 gradient-noise traces) and placement-dependent T4 step times (scheduler/sim/goodput.py). The
 artifact's figures are its published average JCTs
 (`pollux/simulator/results-jobload/*-1.0/summary.json`). Tiresias within 5%: {within} of 8.
-perfcast's `pollux` policy below the artifact's Pollux: {below} of 8. It decides as Pollux does,
-from what the jobs report: a throughput model per job fitted to the step times of the
-configurations it ran (least squares over Pollux's model; a job never run gets one GPU, then at
-most twice the GPUs it has run on) and the gradient noise it measured at its current batch,
-extrapolated to other batches with Pollux's formula. `pollux, oracle` reads both from the
-jobs' truth instead (`--policy-option model=oracle`). perfcast allocates by greedy
+perfcast's `pollux` policy below the artifact's Pollux: {below} of 8. It decides from what the
+jobs report: a throughput model fitted to the step times of the configurations the jobs of a
+type ran (least squares over Pollux's model; a type never run gets one GPU, then at most twice
+the GPUs it has run on) and the gradient noise each job measured at its current batch,
+extrapolated to other batches with Pollux's formula. `per job`: each job's model fitted to its
+own reports alone, as Pollux does (`--policy-option profile=job`). `pollux, oracle` reads step
+times and noise from the jobs' truth (`--policy-option model=oracle`). perfcast allocates by greedy
 proportional gain over packed placements instead of the artifact's genetic search over node
 placements, and orders jobs by classes of attained service. `elastic` decides from step-time
 predictions only (no statistical efficiency).

@@ -122,7 +122,7 @@ def test_a_job_gets_one_gpu_then_at_most_twice_the_gpus_it_ran_on() -> None:
     apply_decision(Run(job.job_id, slots, alloc.batch_size), cluster, jobs, 0.0)
     (alloc,) = policy.schedule(RoundContext(3600.0, cluster, jobs))
     assert alloc.num_gpus <= 2  # cifar10 scales, but it has run on one GPU only
-    profile = policy.profiles[job.job_id]
+    profile = policy.profiles[job.job_type]  # profile=type, the default
     assert list(profile.reports) == [(1, 1, app.init_batch)]
     step, sync = app.step_and_sync((1,), app.init_batch)
     assert profile.reports[(1, 1, app.init_batch)] == pytest.approx((step - sync, step))

@@ -47,6 +47,7 @@ from perfcast.scheduler.policies.pollux_throughput import JobProfile
 GPUS_PER_NODE = 4  # the artifact's T4 nodes; goodput is estimated for packed placements
 FIXED = {"ncf-movielens": 32768}  # the artifact pins NCF's batch and gives it one GPU
 MODELS = ("fitted", "oracle")  # where step times and gradient noise come from
+PROFILES = ("type", "job")  # fitted: whose reports a job's throughput model learns from
 
 
 class PackingPlacement(ConsolidatedPlacement):
@@ -75,10 +76,22 @@ class PackingPlacement(ConsolidatedPlacement):
 
 @register("pollux")
 class PolluxPolicy(SchedulingPolicy):
-    def __init__(self, restart_s: float = 30.0, max_gpus: int = 64, model: str = "fitted") -> None:
+    def __init__(
+        self,
+        restart_s: float = 30.0,
+        max_gpus: int = 64,
+        model: str = "fitted",
+        profile: str = "type",
+    ) -> None:
         if model not in MODELS:
             raise PolicyOptionError(f"pollux model={model!r}: choose one of {', '.join(MODELS)}")
-        self.restart_s, self.max_gpus, self.model = restart_s, max_gpus, model
+        if profile not in PROFILES:
+            raise PolicyOptionError(
+                f"pollux profile={profile!r}: choose one of {', '.join(PROFILES)}"
+            )
+        self.restart_s, self.max_gpus, self.model, self.profile = (
+            restart_s, max_gpus, model, profile
+        )  # fmt: skip
         self.placement = PackingPlacement()
         self._model: Any = None
         self._best: dict[tuple, tuple[float, int]] = {}
@@ -96,10 +109,10 @@ class PolluxPolicy(SchedulingPolicy):
         if self.model == "oracle":
             key: tuple = (state.job.job_type, epoch, num_gpus)
         else:
-            profile = self.profiles.get(state.job_id)
+            profile = self.profiles.get(self._profile_key(state))
             if profile is None or profile.params is None:  # never run: no model yet
                 return float(num_gpus), FIXED.get(state.job.job_type, app.init_batch)
-            key = (state.job_id, epoch, num_gpus, profile.version, state.batch_size)
+            key = (self._profile_key(state), epoch, num_gpus, profile.version, state.batch_size)
         if key not in self._best:
             self._best[key] = self._best_batch(app, state, epoch, num_gpus)
         return self._best[key]
@@ -118,7 +131,7 @@ class PolluxPolicy(SchedulingPolicy):
             work = float(app.starts[epoch]) * app.init_batch
             rates = [app.rate(placement, b, work) for b in batches]
         else:
-            params = self.profiles[state.job_id].params
+            params = self.profiles[self._profile_key(state)].params
             noise = app.noise(max(state.batch_size, app.init_batch), epoch)  # as reported
             splits = [app.split(b, n) for b in batches]
             steps = params.step_time(
@@ -132,6 +145,12 @@ class PolluxPolicy(SchedulingPolicy):
         best = int(np.argmax(rates))
         return float(rates[best]), batches[best]
 
+    def _profile_key(self, state: JobState) -> str:
+        """Whose reports a job's model is fitted to: its own (`profile=job`, as Pollux), or
+        every job's of its type (`profile=type`: what earlier runs of the same model and
+        dataset reported, the history a prediction service keeps)."""
+        return state.job.job_type if self.profile == "type" else state.job_id
+
     def _report(self, ctx: RoundContext) -> None:
         """Each running statistical job reports the step time of the configuration it runs
         (the simulated job's true step and sync seconds there), as an AdaptDL job does."""
@@ -143,7 +162,7 @@ class PolluxPolicy(SchedulingPolicy):
             placement = tuple(per_node[node] for node in sorted(per_node))
             split = app.split(state.batch_size, state.num_gpus)
             step, sync = app.step_and_sync(placement, split.atomic)
-            profile = self.profiles.setdefault(state.job_id, JobProfile())
+            profile = self.profiles.setdefault(self._profile_key(state), JobProfile())
             profile.report(len(placement), state.num_gpus, split.atomic, step - sync, step)
 
     def _cap(self, state: JobState, total: int) -> int:
@@ -154,7 +173,7 @@ class PolluxPolicy(SchedulingPolicy):
             return 1
         cap = max(1, min(self.max_gpus, total, int(app.batches[-1]) // app.min_local))
         if self.model == "fitted":
-            profile = self.profiles.get(state.job_id)
+            profile = self.profiles.get(self._profile_key(state))
             cap = min(cap, profile.max_replicas if profile else 1)
         return cap
 
