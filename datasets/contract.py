@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import json
 import math
+import re
+from collections.abc import Callable
 from typing import Literal
 
 import numpy as np
@@ -102,14 +104,15 @@ TRACE = pa.DataFrameSchema(
 )
 
 
-def _json_list(s: pd.Series) -> pd.Series:
-    def ok(value: object) -> bool:
-        try:
-            return isinstance(json.loads(str(value)), list)
-        except ValueError:
-            return False
+def _is_json_list(value: object) -> bool:
+    try:
+        return isinstance(json.loads(str(value)), list)
+    except ValueError:
+        return False
 
-    return s.map(ok)
+
+def _json_list(s: pd.Series) -> pd.Series:
+    return s.map(_is_json_list)
 
 
 _JSON_LIST = pa.Check(_json_list, name="json_list")
@@ -257,12 +260,13 @@ def validate(df: pd.DataFrame, kind: str, *, source: str | None = None) -> pd.Da
 
 def _check_whole_numbers(df: pd.DataFrame, schema: pa.DataFrameSchema, source: str | None) -> None:
     """An integer column must hold whole numbers: coercion would cut 128.7 to 128 unasked."""
+    dtypes = df.dtypes
     for name, column in schema.columns.items():
-        if name not in df.columns or "int" not in str(column.dtype).lower():
+        if name not in dtypes or "int" not in str(column.dtype).lower():
+            continue
+        if not pd.api.types.is_float_dtype(dtypes[name]):
             continue
         values = df[name]
-        if not pd.api.types.is_float_dtype(values):
-            continue
         whole = values.isna() | (values == np.floor(values))
         if not whole.all():
             i = int(np.argmin(whole.to_numpy()))
@@ -309,6 +313,78 @@ def _passes(check: pa.Check, data: pd.Series | pd.DataFrame) -> bool:
     return result is True or result is np.True_
 
 
+def _ascii_text(values: list) -> bool:
+    # pandas runs string checks in Arrow (RE2, utf8proc), whose case mapping and character
+    # classes differ from Python's outside ASCII ("İ".lower() is "i" there, "i̇" here)
+    return all(isinstance(v, str) and v.isascii() for v in values)
+
+
+def _in_range(values: list, stats: dict) -> bool:
+    lo, hi = stats["min_value"], stats["max_value"]
+    low_ok = (lambda v: v >= lo) if stats["include_min"] else (lambda v: v > lo)
+    high_ok = (lambda v: v <= hi) if stats["include_max"] else (lambda v: v < hi)
+    return all(low_ok(v) and high_ok(v) for v in values)
+
+
+def _str_length(values: list, stats: dict) -> bool:
+    lo, hi, exact = stats["min_value"], stats["max_value"], stats["exact_value"]
+    return all(
+        (exact is None or len(v) == exact)
+        and (lo is None or len(v) >= lo)
+        and (hi is None or len(v) <= hi)
+        for v in values
+    )
+
+
+# The column checks of the schemas above on a list of present Python values (a few rows'
+# column), keyed by the builtin check's function or the custom check's name; each answers
+# what the check's vectorized function answers, or None where it cannot tell (then the
+# vectorized function decides). tests/test_prediction_fast_paths.py compares them.
+_FEW_ROW_CHECKS: dict[str, Callable[[list, dict], bool | None]] = {
+    "greater_than": lambda vs, st: all(v > st["min_value"] for v in vs),
+    "greater_than_or_equal_to": lambda vs, st: all(v >= st["min_value"] for v in vs),
+    "in_range": _in_range,
+    "str_length": _str_length,
+    "isin": lambda vs, st: all(v in st["allowed_values"] for v in vs),
+    "str_matches": lambda vs, st: (
+        all(re.match(st["pattern"], v) for v in vs) if _ascii_text(vs) else None
+    ),
+    "finite": lambda vs, st: all(v not in (math.inf, -math.inf) for v in vs),
+    "lower_case": lambda vs, st: all(v == v.lower() for v in vs) if _ascii_text(vs) else None,
+    "unique": lambda vs, st: len(set(vs)) == len(vs),
+    "json_list": lambda vs, st: all(_is_json_list(v) for v in vs),
+}
+FEW_ROWS = 64  # up to this many rows, column checks run on Python values (no Series per check)
+
+
+def _missing(value: object) -> bool:
+    return value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value))
+
+
+def _few_row_check(check: pa.Check, present: list) -> bool | None:
+    name = getattr(check._check_fn, "__name__", "")
+    scalar = _FEW_ROW_CHECKS.get(name) or _FEW_ROW_CHECKS.get(check.name)
+    return None if scalar is None else scalar(present, check.statistics)
+
+
+def _column_passes(column: pa.Column, series: pd.Series) -> bool:
+    """Whether a coerced column is complete where required and passes its checks."""
+    values = series.tolist() if len(series) <= FEW_ROWS else None
+    if values is not None:
+        present = [v for v in values if not _missing(v)]
+        if len(present) < len(values) and not column.nullable:
+            return False
+    elif series.hasnans and not column.nullable:
+        return False
+    for check in column.checks:
+        verdict = None if values is None else _few_row_check(check, present)
+        if verdict is None:
+            verdict = _passes(check, series.dropna() if series.hasnans else series)  # ignore NA
+        if not verdict:
+            return False
+    return True
+
+
 def _passing_table(df: pd.DataFrame, schema: pa.DataFrameSchema) -> pd.DataFrame | None:
     """`df` coerced to `schema` when every rule holds, else None.
 
@@ -325,17 +401,16 @@ def _passing_table(df: pd.DataFrame, schema: pa.DataFrameSchema) -> pd.DataFrame
             if name not in clean.columns:
                 continue  # optional (missing required columns are refused before)
             series = clean[name]
-            if series.dtype != column.dtype.type:  # astype copies even when nothing changes
+            coerce = series.dtype != column.dtype.type  # astype copies even when nothing changes
+            if coerce:
                 series = column.dtype.try_coerce(series)
             # a bool, or one per element (str columns)
             if not np.all(column.dtype.check(pa_engine.Engine.dtype(series.dtype), series)):
                 return None
-            if series.hasnans and not column.nullable:
+            if not _column_passes(column, series):
                 return None
-            present = series.dropna() if series.hasnans else series  # checks ignore NA
-            if not all(_passes(check, present) for check in column.checks):
-                return None
-            clean[name] = series
+            if coerce:
+                clean[name] = series
         if not all(_passes(check, clean) for check in schema.checks):
             return None
     except Exception:  # a failed coercion or check: pandera reports it
@@ -385,9 +460,7 @@ def _check_placement(df: pd.DataFrame, source: str | None) -> None:
     if not present.any():
         return
     codes, unique = pd.factorize(placement[present].astype(str))
-    unique = pd.Series(unique)
-    total = sum(d * unique.str.count(str(d)).to_numpy() for d in range(1, 10))
-    used = (unique.str.len() - unique.str.count("0")).to_numpy()
+    total, used = _digit_totals(unique.tolist())
     gpus = df["num_gpus"].to_numpy()[present]
     nodes = df["num_nodes"].to_numpy()[present]
     bad = (total[codes] != gpus) | (used[codes] != nodes)
@@ -400,6 +473,22 @@ def _check_placement(df: pd.DataFrame, source: str | None) -> None:
             row=i + 1,
             column="placement",
         )
+
+
+def _digit_totals(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """For each text: the sum of its digits 1-9 (what `sum(d * text.count(str(d)))` counts)
+    and its characters other than "0", over all texts' code points at once (a candidate table
+    has 10^4 distinct placements)."""
+    lengths = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
+    points = np.frombuffer("".join(texts).encode("utf-32-le"), dtype=np.uint32).astype(np.int64)
+    ends = np.cumsum(lengths)
+
+    def per_text(values: np.ndarray) -> np.ndarray:
+        running = np.concatenate([[0], np.cumsum(values)])
+        return running[ends] - running[ends - lengths]
+
+    digits = np.where((points >= ord("1")) & (points <= ord("9")), points - ord("0"), 0)
+    return per_text(digits), per_text((points != ord("0")).astype(np.int64))
 
 
 def _check_constant_within_sample(

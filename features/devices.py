@@ -83,9 +83,9 @@ def canonical_device(name: str) -> str:
 
 def spec_frame(devices: pd.Series) -> pd.DataFrame:
     """Spec columns for each device name in `devices` (NaN where the device is unknown)."""
-    names = devices.astype(str)
-    keys = names.map({name: canonical_device(name) for name in names.unique()})
-    out = _spec_table().reindex(keys.to_numpy())
+    codes, names = pd.factorize(devices.astype(str), use_na_sentinel=False)
+    keys = np.array([canonical_device(name) for name in names.tolist()], dtype=object)[codes]
+    out = _spec_table().reindex(keys)
     out.index = devices.index
     return out
 

@@ -72,8 +72,11 @@ def gpus_per_node_of(rows: pd.DataFrame) -> pd.Series:
     if "placement" not in rows.columns:
         return even.astype("int64")
     placements = rows["placement"]
-    biggest = placements.map({p: most_on_one_node(p) for p in placements.dropna().unique()})
-    return biggest.fillna(even).astype("int64")
+    codes, distinct = pd.factorize(placements)  # candidates: one placement per (GPUs, nodes)
+    each = [*map(most_on_one_node, distinct.tolist()), np.nan]
+    biggest = np.array(each, dtype=float)[codes]  # code -1 (missing): NaN
+    most = np.where(np.isnan(biggest), even.to_numpy(dtype=float), biggest)
+    return pd.Series(most, index=rows.index, name=placements.name).astype("int64")
 
 
 class ScalingFeatures:
@@ -167,9 +170,9 @@ class ScalingFeatures:
         nominal = nominal_gradient_bytes(rows)
         codes, first = distinct_groups([rows["job"], multi, rows["gpu_type"], nominal])
         keys = zip(
-            rows["job"].to_numpy()[first].tolist(),
+            rows["job"].iloc[first].to_numpy().tolist(),
             multi[first].tolist(),
-            rows["gpu_type"].to_numpy()[first].tolist(),
+            rows["gpu_type"].iloc[first].to_numpy().tolist(),
             nominal[first].tolist(),
             strict=True,
         )
@@ -184,7 +187,7 @@ class ScalingFeatures:
         """Multi-GPU rows whose job was never measured on more than one GPU of their type in
         the fitted rows: how it scales there is a new GPU's (or a new job's) guess."""
         codes, first = distinct_groups([rows[c] for c in _KEY])
-        keys = zip(*(rows[c].to_numpy()[first].tolist() for c in _KEY), strict=True)
+        keys = zip(*(rows[c].iloc[first].to_numpy().tolist() for c in _KEY), strict=True)
         charted = np.array([key in self.scaled_ for key in keys], dtype=bool)[codes]
         return (rows["num_gpus"] > 1).to_numpy() & ~charted
 
@@ -203,7 +206,7 @@ class ScalingFeatures:
         single = (rows["num_gpus"] == 1).to_numpy()
         columns = [rows["job"], rows["gpu_type"], rows["local_batch_size"]]
         codes, first = distinct_groups([*columns, single])
-        keys = zip(*(c.to_numpy()[first] for c in columns), single[first], strict=True)
+        keys = zip(*(c.iloc[first].to_numpy() for c in columns), single[first], strict=True)
         return np.array([self._t1(*key) for key in keys], dtype=float)[codes]
 
     def one_gpu_time(self, job: str, gpu: str, bsz: float, single: bool) -> float:
@@ -241,13 +244,15 @@ class ScalingFeatures:
         t1 = self._t1_column(rows)
         found = np.full((len(rows), 3), np.nan)
         codes, first = distinct_groups([rows[c] for c in _CONFIG])
-        configs = list(zip(*(rows[c].to_numpy()[first].tolist() for c in _CONFIG), strict=True))
+        configs = list(
+            zip(*(rows[c].iloc[first].to_numpy().tolist() for c in _CONFIG), strict=True)
+        )
         known = np.array([config in self.sync_ for config in configs])
         measured = known[codes] & (rows["num_gpus"] > 1).to_numpy()
         if measured.any():
             part = rows[measured]
             codes, first = distinct_groups([part[c] for c in _ROW_KEY])
-            keys = zip(*(part[c].to_numpy()[first].tolist() for c in _ROW_KEY), strict=True)
+            keys = zip(*(part[c].iloc[first].to_numpy().tolist() for c in _ROW_KEY), strict=True)
             values = [self._overheads(key[:4], key[4], float(key[5])) for key in keys]
             found[measured] = np.array(values, dtype=float).reshape(-1, 3)[codes]
         return pd.DataFrame(
@@ -311,6 +316,12 @@ def design(
 ) -> tuple[pd.DataFrame, np.ndarray]:
     """The feature frame and log base of `ScalingFeatures.transform`, from its inputs: the one
     home of the arithmetic, whichever way the inputs were looked up."""
+    columns, log_base = design_columns(inputs)
+    return design_frame(columns, jobs, categories, index), log_base
+
+
+def design_columns(inputs: DesignInputs) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """The number columns of `design`'s frame (all but `job`), in its order, and the log base."""
     t1, same, cross, comm = inputs.t1, inputs.same, inputs.cross, inputs.comm
     # the same GPU's measured overhead, else the communication model, else the overhead
     # of the same configuration on other GPU types as is, else none (perfect scaling)
@@ -340,9 +351,16 @@ def design(
     for column in OPTIONAL_NUMBERS:
         values = getattr(inputs, column)
         columns[f"log_{column}"] = missing if values is None else np.log1p(values)
+    return columns, np.log(base)
+
+
+def design_frame(
+    columns: dict[str, np.ndarray], jobs, categories: pd.Index, index: pd.Index
+) -> pd.DataFrame:
+    """`design`'s feature frame: `columns`, then `job` as a categorical of `categories`."""
     X = pd.DataFrame(columns, index=index)
     X["job"] = pd.Categorical(jobs, categories=categories)
-    return X, np.log(base)
+    return X
 
 
 def nominal_gradient_bytes(rows: pd.DataFrame) -> np.ndarray:
@@ -392,7 +410,10 @@ def distinct_groups(columns: list) -> tuple[np.ndarray, np.ndarray]:
     column by column, as pandas' MultiIndex would build one Python tuple per row."""
     combined = np.zeros(len(columns[0]), dtype=np.int64)
     for column in columns:
-        codes, uniques = pd.factorize(np.asarray(column), use_na_sentinel=False)
+        text = isinstance(column, pd.Series) and isinstance(column.dtype, pd.StringDtype)
+        # text hashed as stored (Arrow): no object array of every string, the same codes
+        values = column.array if text else np.asarray(column)
+        codes, uniques = pd.factorize(values, use_na_sentinel=False)
         combined = pd.factorize(combined * (len(uniques) + 1) + codes)[0]  # stays below n
     _, first, inverse = np.unique(combined, return_index=True, return_inverse=True)
     return inverse.reshape(-1), first

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import warnings
+from collections.abc import Mapping, Sequence
 from typing import Self
 
 import lightgbm as lgb
@@ -94,6 +95,7 @@ class QuantileGBM(BaseEstimator):
         )
 
     def fit(self, X: pd.DataFrame, y: np.ndarray) -> Self:
+        self._codes = self._split_cache = None
         self.models_ = [
             self._model(QUANTILES[0]).fit(X, y),
             self._model().fit(X, y),
@@ -101,13 +103,115 @@ class QuantileGBM(BaseEstimator):
         ]
         return self
 
-    def predict_quantiles(self, X: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def predict_quantiles(
+        self, X: pd.DataFrame | np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Quantiles of a feature frame, or of the float matrix `columns_matrix` makes."""
         # The boosters straight on one float matrix: the sklearn wrapper would convert the
         # frame once per model, which costs more than the trees for a few rows.
-        matrix = lgbm_matrix(X, self.models_[0].booster_.pandas_categorical)
-        threads = 2 if len(X) >= 5_000 else 1  # big batches split across two threads
+        matrix = X if isinstance(X, np.ndarray) else lgbm_matrix(X, self._categories())
+        if len(matrix) < SAME_LEAVES_ROWS:
+            return self._predict_matrix(matrix)
+        # many rows (a recommendation's 10^5 candidates) fall into few cells of the trees'
+        # thresholds: each cell is predicted once, for the same numbers
+        codes, first = same_leaves(matrix, self._splits())
+        return tuple(q[codes] for q in self._predict_matrix(matrix[first]))
+
+    def _predict_matrix(self, matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        threads = 2 if len(matrix) >= 5_000 else 1  # big batches split across two threads
         lo, mid, hi = (m.booster_.predict(matrix, num_threads=threads) for m in self.models_)
         return lo, mid, hi
+
+    def _splits(self) -> dict[int, np.ndarray | None]:
+        """What the three models' splits test, per feature index: the sorted thresholds of a
+        numeric feature, None for a categorical one. Read once per model."""
+        if getattr(self, "_split_cache", None) is None:
+            splits: dict[int, set | None] = {}
+            for model in self.models_:
+                for tree in model.booster_.dump_model()["tree_info"]:
+                    _tree_splits(tree["tree_structure"], splits)
+            self._split_cache = {
+                f: None if t is None else np.array(sorted(t), dtype=float)
+                for f, t in splits.items()
+            }
+        return self._split_cache
+
+    def _categories(self) -> list[list]:
+        return self.models_[0].booster_.pandas_categorical or []
+
+    def columns_matrix(
+        self, columns: Mapping[str, np.ndarray], categorical: Mapping[str, Sequence]
+    ) -> np.ndarray:
+        """What `lgbm_matrix` makes of the frame of these columns, without the frame (a few
+        rows' frame costs more than the trees): the float `columns` and the values of each
+        categorical column (`categorical`, already missing where outside the frame's
+        categories), in the order of the columns at fit time."""
+        names = self.models_[0].feature_name_
+        codes = iter(self._category_codes())
+        matrix = np.empty((len(next(iter(columns.values()))), len(names)))
+        for i, name in enumerate(names):
+            if name in categorical:
+                code = next(codes)
+                matrix[:, i] = [code.get(value, np.nan) for value in categorical[name]]
+            else:
+                matrix[:, i] = columns[name]
+        return matrix
+
+    def _category_codes(self) -> list[dict[object, int]]:
+        """Each categorical column's {category: code at fit time}, made once per model."""
+        if getattr(self, "_codes", None) is None:
+            self._codes = [{c: i for i, c in enumerate(cats)} for cats in self._categories()]
+        return self._codes
+
+
+# From this many rows on, QuantileGBM predicts each distinct cell of its splits once.
+SAME_LEAVES_ROWS = 1_000
+_ZERO = 1e-35  # LightGBM's kZeroThreshold: a value this close to 0 may be read as missing
+
+
+def _tree_splits(node: dict, splits: dict[int, set | None]) -> None:
+    """Add a dumped tree's split thresholds to `splits` (feature index -> thresholds, None for
+    a categorical feature)."""
+    stack = [node]
+    while stack:
+        node = stack.pop()
+        if "split_feature" not in node:
+            continue
+        feature = node["split_feature"]
+        if node["decision_type"] == "==":
+            splits[feature] = None
+        elif splits.setdefault(feature, set()) is not None:
+            splits[feature].add(float(node["threshold"]))
+        stack += [node["left_child"], node["right_child"]]
+
+
+def same_leaves(
+    matrix: np.ndarray, splits: dict[int, np.ndarray | None]
+) -> tuple[np.ndarray, np.ndarray]:
+    """(cell of each row, first row of each cell): rows of one cell take the same branch at
+    every split of `splits` (`QuantileGBM._splits`), so they reach the same leaves and get
+    the same prediction. A numeric value's cell is its interval between thresholds (a split
+    sends x <= threshold left), with NaN and zero apart (LightGBM may read either as missing);
+    a categorical feature's is its value."""
+    combined, bound = np.zeros(len(matrix), dtype=np.int64), 1
+    for feature, thresholds in splits.items():
+        values = matrix[:, feature]
+        if thresholds is None:
+            codes, uniques = pd.factorize(values, use_na_sentinel=False)
+            radix = len(uniques)
+        else:
+            codes = np.searchsorted(thresholds, values, side="left")
+            radix = len(thresholds) + 3
+            codes = np.where(np.abs(values) <= _ZERO, radix - 2, codes)
+            codes = np.where(np.isnan(values), radix - 1, codes)
+        if bound * radix >= 2**62:  # renumber the cells so far before the key overflows
+            combined, uniques = pd.factorize(combined)
+            bound = len(uniques)
+        combined, bound = combined * radix + codes, bound * radix
+    cells, uniques = pd.factorize(combined)
+    first = np.empty(len(uniques), dtype=np.int64)
+    first[cells[::-1]] = np.arange(len(cells))[::-1]  # the last write is the first row
+    return cells, first
 
 
 def lgbm_matrix(X: pd.DataFrame, categories: list[list] | None) -> np.ndarray:

@@ -16,13 +16,18 @@ from perfcast.features.scaling import (
     ring_link_gbps,
 )
 from perfcast.predictor.base import TaskPredictor, flags_column, interval_frame
-from perfcast.predictor.regressors import make_regressor
+from perfcast.predictor.regressors import ConformalQuantiles, QuantileGBM, make_regressor
 from perfcast.predictor.scaling_calibration import (
     HeldOutCluster,
     NewClusterBlend,
     calibrate_by_spread,
 )
-from perfcast.predictor.scaling_fast import FEW_ROWS, few_row_design, few_row_flags
+from perfcast.predictor.scaling_fast import (
+    FEW_ROWS,
+    FewRowFeatures,
+    few_row_design,
+    few_row_flags,
+)
 
 # p90/p50 and p50/p10 at least this on rows of a job or GPU type never seen: nothing measured
 # calibrates them, and a narrow interval there would claim knowledge the model lacks
@@ -132,16 +137,14 @@ class ScalingPredictor(TaskPredictor):
         else:
             X, log_base = self.features_.transform(rows)
             flags = self._flags(rows, X)
-        out = np.empty((3, len(X)))
+        out = np.empty((3, len(rows)))
         has_base = np.isfinite(log_base)
         if self.ratio_model_ is None:
             has_base[:] = False
         if has_base.any():
-            out[:, has_base] = np.vstack(
-                self.ratio_model_.predict_quantiles(_unlinked(X[has_base]))
-            )
+            out[:, has_base] = np.vstack(_quantiles(self.ratio_model_, X, has_base, linked=False))
             out[:, has_base] += log_base[has_base]
-            multi_node = X["multi_node"].to_numpy() > 0
+            multi_node = _column(X, "multi_node") > 0
             for spread, blend in (self.new_cluster_blends_ or {}).items():
                 # a cluster or GPU whose scaling was never measured: the blend of perfect
                 # scaling, physics and correction that did best on held-out clusters
@@ -149,17 +152,17 @@ class ScalingPredictor(TaskPredictor):
                 if not new.any():
                     continue
                 correction = out[1, new] - log_base[new]
-                mid = blend.p50(X["log_t1"].to_numpy()[new], log_base[new], correction)
+                mid = blend.p50(_column(X, "log_t1")[new], log_base[new], correction)
                 out[:, new] = mid + np.array([[blend.p10_offset], [0.0], [blend.p90_offset]])
         if (~has_base).any():
-            out[:, ~has_base] = np.vstack(self.direct_model_.predict_quantiles(X[~has_base]))
+            out[:, ~has_base] = np.vstack(_quantiles(self.direct_model_, X, ~has_base))
         lo, mid, hi = np.exp(out)
         # no links, or links slower than any the training rows crossed, and no measured
         # scaling: the one-GPU time (perfect scaling) is the answer never worse than it, with
         # an interval up to twice it. Synchronization grows without bound as links slow down,
         # so the communication model is not trusted beyond the slowest links it was checked on
         # (toward faster links its overhead shrinks toward perfect scaling itself).
-        t1 = np.exp(X["log_t1"].to_numpy())
+        t1 = np.exp(_column(X, "log_t1"))
         fallback = (flags["no_interconnect_facts"] | flags["slower_links"]) & np.isfinite(t1)
         mid = np.where(fallback, t1, mid)
         lo = np.where(fallback, np.fmin(lo, t1 / UNSEEN_SPREAD**0.5), lo)
@@ -167,7 +170,7 @@ class ScalingPredictor(TaskPredictor):
         unseen = flags["new_job"] | flags["new_gpu_type"]
         lo = np.where(unseen, np.fmin(lo, mid / UNSEEN_SPREAD), lo)
         hi = np.where(unseen, np.fmax(hi, mid * UNSEEN_SPREAD), hi)
-        per_node = X["gpus_per_node"].to_numpy(dtype="int64")
+        per_node = _column(X, "gpus_per_node").astype("int64")
         raw = mid
         mid, flags["monotonic_guard"] = self._monotonic(rows, per_node, mid, flags["measured"])
         # a raised p50 carries its p90 up with it: the interval keeps its relative width
@@ -191,7 +194,9 @@ class ScalingPredictor(TaskPredictor):
         jobs = rows["job"].astype(str)
         max_gpus = jobs.map(self.max_gpus_).fillna(self.max_gpus_any_).to_numpy(dtype=float)
         codes, first = distinct_groups([rows["job"], rows["gpu_type"]])
-        pairs = zip(rows["job"].to_numpy()[first], rows["gpu_type"].to_numpy()[first], strict=True)
+        pairs = zip(
+            rows["job"].iloc[first].to_numpy(), rows["gpu_type"].iloc[first].to_numpy(), strict=True
+        )
         ranges = np.array(
             [self.batch_range_.get(pair, (np.nan, np.nan)) for pair in pairs], dtype=float
         ).reshape(-1, 2)[codes]
@@ -279,6 +284,26 @@ def _unlinked(X: pd.DataFrame) -> pd.DataFrame:
     return X.drop(columns=_LINK_DRIVEN)
 
 
+def _column(X: pd.DataFrame | FewRowFeatures, name: str) -> np.ndarray:
+    return X.column(name) if isinstance(X, FewRowFeatures) else X[name].to_numpy()
+
+
+def _quantiles(
+    model: ConformalQuantiles,
+    X: pd.DataFrame | FewRowFeatures,
+    mask: np.ndarray,
+    linked: bool = True,
+) -> tuple[np.ndarray, ...]:
+    """`model`'s quantiles of the rows `mask` of X (without the link-driven columns unless
+    `linked`; a gbm's matrix has only the columns it was fitted on)."""
+    if isinstance(X, FewRowFeatures):
+        if isinstance(model.regressor_, QuantileGBM):
+            return model.predict_quantiles(X.matrix(model.regressor_, mask))
+        X = X.frame()
+    X = X[mask]
+    return model.predict_quantiles(X if linked else _unlinked(X))
+
+
 def _ring_link(rows: pd.DataFrame, links: pd.DataFrame | None = None) -> np.ndarray:
     """Each row's ring link in GB/s (`features.scaling.ring_link_gbps`) from its links
     (`interconnect_frame(rows)` unless given)."""
@@ -293,7 +318,7 @@ def _ring_link(rows: pd.DataFrame, links: pd.DataFrame | None = None) -> np.ndar
 def _member(rows: pd.DataFrame, columns: list[str], keys: frozenset) -> np.ndarray:
     """Whether each row's tuple of `columns` is in `keys`, looked up once per distinct tuple."""
     codes, first = distinct_groups([rows[c] for c in columns])
-    distinct = zip(*(rows[c].to_numpy()[first].tolist() for c in columns), strict=True)
+    distinct = zip(*(rows[c].iloc[first].to_numpy().tolist() for c in columns), strict=True)
     return np.array([key in keys for key in distinct], dtype=bool)[codes]
 
 

@@ -2,12 +2,14 @@
 and numpy: the same features and flags as `ScalingFeatures.transform` and
 `ScalingPredictor._flags`, without their per-column pandas work (factorize, map, isin, frame
 assembly), which on a handful of rows costs several times what the trees do. Each row's
-lookups call the same fitted tables and the arithmetic is `features.scaling.design`, so the
+lookups call the same fitted tables and the arithmetic is `features.scaling.design_columns`;
+the gbm models read the columns as the float matrix they would make of the frame. So the
 answers are identical (tests/test_scaling_fast_path.py compares the two paths)."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -26,12 +28,14 @@ from perfcast.features.scaling import (
     OPTIONAL_NUMBERS,
     DesignInputs,
     ScalingFeatures,
-    design,
+    design_columns,
+    design_frame,
     most_on_one_node,
     ring_link_gbps,
     ring_time_per_byte,
     sync_seconds,
 )
+from perfcast.predictor.regressors import QuantileGBM
 
 if TYPE_CHECKING:
     from perfcast.predictor.scaling import ScalingPredictor
@@ -79,11 +83,35 @@ def row_links(rows: pd.DataFrame) -> np.ndarray:
     return links
 
 
+@dataclass(frozen=True)
+class FewRowFeatures:
+    """The feature frame of `features.transform` as columns: the number columns, and each
+    row's job (None for a job outside `categories`, as the frame's categorical has it)."""
+
+    columns: dict[str, np.ndarray]
+    jobs: list
+    categories: pd.Index
+    index: pd.Index
+
+    def column(self, name: str) -> np.ndarray:
+        return self.columns[name]
+
+    def frame(self) -> pd.DataFrame:
+        return design_frame(self.columns, self.jobs, self.categories, self.index)
+
+    def matrix(self, gbm: QuantileGBM, mask: np.ndarray) -> np.ndarray:
+        """The rows `mask` as `gbm` takes them (`QuantileGBM.columns_matrix`)."""
+        return gbm.columns_matrix(
+            {name: values[mask] for name, values in self.columns.items()},
+            {"job": [job for job, keep in zip(self.jobs, mask, strict=True) if keep]},
+        )
+
+
 def few_row_design(
     features: ScalingFeatures, rows: pd.DataFrame
-) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
-    """(X, log_base) as `features.transform(rows)` gives them, and whether each row has no
-    link facts at all (as `interconnect_frame` finds them)."""
+) -> tuple[FewRowFeatures, np.ndarray, np.ndarray]:
+    """(X, log_base) as `features.transform(rows)` gives them (X as columns), and whether each
+    row has no link facts at all (as `interconnect_frame` finds them)."""
     jobs = rows["job"].tolist()
     gpu_types = rows["gpu_type"].tolist()
     gpus = rows["num_gpus"].tolist()
@@ -142,19 +170,23 @@ def few_row_design(
         amp=amp,
         **optional,
     )
-    X, log_base = design(inputs, jobs, features.jobs_, rows.index)
+    columns, log_base = design_columns(inputs)
+    known = set(features.jobs_)
+    X = FewRowFeatures(
+        columns, [job if job in known else None for job in jobs], features.jobs_, rows.index
+    )
     return X, log_base, np.isnan(links).all(axis=1)
 
 
 def few_row_flags(
-    predictor: ScalingPredictor, rows: pd.DataFrame, X: pd.DataFrame, no_links: np.ndarray
+    predictor: ScalingPredictor, rows: pd.DataFrame, X: FewRowFeatures, no_links: np.ndarray
 ) -> dict[str, np.ndarray]:
     """`ScalingPredictor._flags` row by row."""
     features = predictor.features_
     jobs, gpu_types = rows["job"].tolist(), rows["gpu_type"].tolist()
     gpus, nodes = rows["num_gpus"].tolist(), rows["num_nodes"].tolist()
     bszs = rows["local_batch_size"].tolist()
-    per_node = X["gpus_per_node"].to_numpy(dtype="int64").tolist()
+    per_node = X.column("gpus_per_node").astype("int64").tolist()
     keys = list(zip(jobs, gpus, nodes, per_node, gpu_types, bszs, strict=True))
     measured = np.array([key in predictor.measured_ for key in keys], dtype=bool)
     multi = np.array(gpus) > 1

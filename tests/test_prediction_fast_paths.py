@@ -1,19 +1,27 @@
 """The fast paths of prediction give the same answers as the slow, general code they skip:
-LightGBM boosters on a float matrix vs the sklearn wrapper on a frame, and the contract's
-pandera-free check of passing tables vs pandera itself (which still words every error)."""
+LightGBM boosters on a float matrix vs the sklearn wrapper on a frame (and that matrix made
+from columns vs from their frame), the contract's pandera-free check of passing tables vs
+pandera itself (which still words every error), and its checks of a few rows on Python
+values vs the vectorized checks."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
+import pandera.pandas as pa
 import pytest
 from conftest import requires_data
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from perfcast import datasets
+from perfcast.datasets import contract
 from perfcast.datasets.contract import SCHEMAS, _normalize_booleans, _passing_table, validate
 from perfcast.errors import ContractError
 from perfcast.features.scaling import ScalingFeatures
-from perfcast.predictor.regressors import QuantileGBM
+from perfcast.predictor.regressors import SAME_LEAVES_ROWS, QuantileGBM, lgbm_matrix
 
 pytestmark = requires_data
 
@@ -98,3 +106,171 @@ def test_placement_error_names_the_first_bad_row() -> None:
     with pytest.raises(ContractError, match=r"placement '3' does not match num_gpus=2") as err:
         validate(frame, "scaling")
     assert err.value.row == 4 and err.value.column == "placement"
+
+
+# Values a JSON request or a CSV may carry, the awkward ones included: text outside ASCII
+# (Arrow and Python case and match rules differ there), line breaks, numbers as text, floats
+# in integer columns, booleans, missing values and infinities.
+TEXT = ["resnet18", "v100", "V100", "", "İ", "ǅ", "x\n", "4", "22", "4a", "04", "٣", "4\n",
+        "[]", "[[4, 512]]", "{}", "train", "inference", None]  # fmt: skip
+NUMBERS = [1, 2, 4, 0, -1, 4.0, 4.5, 1e-9, 100, 100.5, math.inf, -math.inf, math.nan, None,
+           True, "4", "1.5"]  # fmt: skip
+BOOLEANS = [True, False, None, "yes", "0", "maybe"]
+
+
+JSON_COLUMNS = ("input_shapes", "output_shape", "inputs")
+
+
+def _pools(name: str, spec: pa.Column) -> tuple[list, list]:
+    """(values that pass the column's checks, every value to try) for one contract column."""
+    dtype = str(spec.dtype).lower()
+    if "bool" in dtype:
+        return [True, False], BOOLEANS
+    if "int" in dtype or "float" in dtype:
+        return [1, 2, 4.0], [*NUMBERS, "a"]
+    good = {"placement": ["1", "2"], "mode": ["train", "inference"]}.get(name, ["v100", "a1"])
+    return (["[]", "[[4, 512]]"] if name in JSON_COLUMNS else good), [*TEXT, 3]
+
+
+@st.composite
+def small_tables(draw, kind: str) -> pd.DataFrame:
+    """1-4 rows of the contract table `kind`: each column present or not (a required one
+    almost always), most values passing and a few from the awkward pools above."""
+    schema = SCHEMAS[kind]
+    n = draw(st.integers(1, 4))
+    columns = {}
+    for name, spec in schema.columns.items():
+        if not draw(st.integers(0, 9) if spec.required else st.booleans()):
+            continue
+        good, pool = _pools(name, spec)
+        columns[name] = [
+            draw(st.sampled_from(good) if draw(st.integers(0, 9)) < 8 else st.sampled_from(pool))
+            for _ in range(n)
+        ]
+    return pd.DataFrame(columns if columns else {"x": [1] * n})
+
+
+def _outcome(frame: pd.DataFrame, kind: str) -> pd.DataFrame | tuple:
+    try:
+        return validate(frame.copy(), kind)
+    except ContractError as err:
+        return (str(err), err.row, err.column)
+
+
+@pytest.mark.parametrize("kind", list(SCHEMAS))
+@settings(max_examples=150, deadline=None)
+@given(data=st.data())
+def test_few_row_checks_decide_as_the_vectorized_checks(kind: str, data) -> None:
+    """Up to contract.FEW_ROWS rows the column checks run on Python values: the same clean
+    table, or the same error, as the vectorized checks (FEW_ROWS 0) give."""
+    frame = data.draw(small_tables(kind))
+    fast = _outcome(frame, kind)
+    few_rows = contract.FEW_ROWS
+    try:
+        contract.FEW_ROWS = 0
+        slow = _outcome(frame, kind)
+    finally:
+        contract.FEW_ROWS = few_rows
+    if isinstance(slow, pd.DataFrame):
+        assert isinstance(fast, pd.DataFrame), fast
+        pd.testing.assert_frame_equal(fast, slow)
+    else:
+        assert fast == slow
+
+
+COLUMN_CHECKS = [
+    (kind, name, i)
+    for kind, schema in SCHEMAS.items()
+    for name, spec in schema.columns.items()
+    for i in range(len(spec.checks))
+]
+
+
+@pytest.mark.parametrize(("kind", "name", "i"), COLUMN_CHECKS)
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_each_few_row_check_answers_as_its_vectorized_check(kind, name, i, data) -> None:
+    """Each column check's Python form (contract._FEW_ROW_CHECKS) answers what its vectorized
+    function answers on the same coerced values, or None (it cannot tell)."""
+    spec = SCHEMAS[kind].columns[name]
+    _, pool = _pools(name, spec)
+    values = data.draw(st.lists(st.sampled_from(pool), min_size=1, max_size=4))
+    try:
+        series = spec.dtype.try_coerce(pd.Series(values))
+    except Exception:
+        return  # refused before any check runs
+    present = series.dropna()  # checks ignore missing values; none left: nothing to check
+    verdict = contract._few_row_check(spec.checks[i], present.tolist())
+    if verdict is not None and len(present):
+        assert verdict == contract._passes(spec.checks[i], present)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    jobs=st.lists(st.sampled_from(["a", "b", "c", "unseen", None]), min_size=1, max_size=6),
+    numbers=st.lists(st.sampled_from([0.0, -1.5, 2.0, 1e9, math.nan]), min_size=12, max_size=12),
+)
+def test_a_gbm_reads_columns_as_it_reads_their_frame(jobs: list, numbers: list) -> None:
+    """`QuantileGBM.columns_matrix` (the few-row path: no frame) is the matrix `lgbm_matrix`
+    makes of the frame of the same columns, so the trees answer the same."""
+    rng = np.random.default_rng(0)
+    n = 60
+    train = pd.DataFrame({"x": rng.normal(size=n), "y": rng.normal(size=n)})
+    train["job"] = pd.Categorical(rng.choice(["a", "b", "c"], n), categories=["c", "a", "b"])
+    gbm = QuantileGBM(n_estimators=10, quantile_estimators=5).fit(train, rng.normal(size=n))
+    rows = len(jobs)
+    columns = {"x": np.resize(numbers, rows), "y": np.resize(numbers[::-1], rows)}
+    frame = pd.DataFrame(columns)
+    frame["job"] = pd.Categorical(jobs, categories=["c", "a", "b"])
+    known = [job if job in ("a", "b", "c") else None for job in jobs]
+    matrix = gbm.columns_matrix(columns, {"job": known})
+    np.testing.assert_array_equal(matrix, lgbm_matrix(frame, gbm._categories()))
+    for a, b in zip(gbm.predict_quantiles(matrix), gbm.predict_quantiles(frame), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.fixture(scope="module")
+def small_gbm() -> QuantileGBM:
+    """A gbm with numeric and categorical splits, fitted on values with zeros and NaN."""
+    rng = np.random.default_rng(1)
+    n = 300
+    X = pd.DataFrame({"x": rng.normal(size=n).round(1), "y": rng.integers(0, 5, n) * 1.0})
+    X.loc[::7, "x"] = np.nan
+    X["job"] = pd.Categorical(rng.choice(["a", "b", "c", "d"], n))
+    y = X["x"].fillna(0) * 2 + X["y"] + X["job"].cat.codes * 3 + rng.normal(size=n) * 0.1
+    return QuantileGBM(n_estimators=40, quantile_estimators=20, min_child_samples=3).fit(X, y)
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_rows_of_one_cell_of_the_splits_are_predicted_once_for_the_same_numbers(
+    small_gbm: QuantileGBM, data
+) -> None:
+    """From SAME_LEAVES_ROWS rows on, QuantileGBM predicts each cell of its splits once: the
+    answers are exactly the boosters' on every row, thresholds themselves, the floats next to
+    them, zeros, NaN, infinities and unseen categories included."""
+    splits = small_gbm._splits()
+
+    def numbers(feature: int) -> st.SearchStrategy:
+        edges = list(splits.get(feature, []))
+        near = [np.nextafter(t, d) for t in edges for d in (-np.inf, np.inf)]
+        extreme = [0.0, -0.0, 1e-36, np.nan, np.inf, -np.inf, 7.5]
+        return st.lists(st.sampled_from([*edges, *near, *extreme]), min_size=1, max_size=6)
+
+    codes = st.lists(st.sampled_from([0.0, 1.0, 2.0, 3.0, 4.0, np.nan]), min_size=1, max_size=3)
+    # every combination: rows that differ in one value only, on either side of a threshold
+    grid = np.array(np.meshgrid(data.draw(numbers(0)), data.draw(numbers(1)), data.draw(codes)))
+    matrix = np.resize(grid.reshape(3, -1).T, (SAME_LEAVES_ROWS + 7, 3))
+    fast = small_gbm.predict_quantiles(matrix)
+    slow = [model.booster_.predict(matrix) for model in small_gbm.models_]
+    for a, b in zip(fast, slow, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+@given(st.lists(st.text(alphabet=st.sampled_from("0123456789\n٣²a"), max_size=70), max_size=20))
+def test_placement_digits_are_totalled_as_text_counts_them(texts: list[str]) -> None:
+    """The placement check's vectorized totals (all placements' code points at once) are the
+    per-text counts it replaced."""
+    total, used = contract._digit_totals(texts)
+    assert total.tolist() == [sum(d * t.count(str(d)) for d in range(1, 10)) for t in texts]
+    assert used.tolist() == [len(t) - t.count("0") for t in texts]
