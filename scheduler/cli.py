@@ -118,6 +118,12 @@ def simulate(
     start_s: Annotated[
         float, typer.Option(help="Seconds a job pays at its first start (Pollux's artifact: 30).")
     ] = DEFAULT_COSTS.start_s,
+    resize_s: Annotated[
+        float, typer.Option(help="Seconds a running job pays to change its GPU count.")
+    ] = DEFAULT_COSTS.resize_s,
+    migrate_s: Annotated[
+        float, typer.Option(help="Seconds a running job pays to move to other GPUs.")
+    ] = DEFAULT_COSTS.migrate_s,
     out: Annotated[
         Path | None, typer.Option(help="Folder for metrics.json, jobs.csv and jct_cdf.png.")
     ] = None,
@@ -134,7 +140,7 @@ def simulate(
     spec = ClusterSpec.parse(cluster)
     options = parse_policy_options(policy_option or [])
     backend = backend_factory(predictor, url)
-    costs = Costs(restart_s=restart_s, start_s=start_s)
+    costs = Costs(restart_s=restart_s, start_s=start_s, resize_s=resize_s, migrate_s=migrate_s)
     workload = prepare_workload(trace, spec, load=load, max_jobs=max_jobs, seed=seed)
     if workload.dropped:
         for why, count in workload.dropped.items():

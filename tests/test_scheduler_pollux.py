@@ -8,7 +8,7 @@ from perfcast.datasets.fetch import shared_data_available
 from perfcast.scheduler.core import ClusterSpec, ClusterState, JobStatus
 from perfcast.scheduler.core.jobs import JobTable
 from perfcast.scheduler.core.loop import RoundContext
-from perfcast.scheduler.policies import make_policy
+from perfcast.scheduler.policies import PolicyOptionError, make_policy
 from perfcast.scheduler.policies.pollux import placement_of
 from perfcast.scheduler.sim.costs import Costs
 from perfcast.scheduler.sim.engine import simulate
@@ -53,11 +53,14 @@ def test_ncf_keeps_the_artifacts_fixed_batch_on_one_gpu(workload):
     assert [(a.num_gpus, a.batch_size) for a in plan] == [(1, 32768)]
 
 
-@pytest.mark.parametrize("model", ["fitted", "oracle"])
-def test_first_jobs_of_a_workload_all_finish_their_work(workload, model):
+@pytest.mark.parametrize(
+    ("model", "fairness"), [("fitted", 0.0), ("oracle", 0.0), ("fitted", -1.0)]
+)
+def test_first_jobs_of_a_workload_all_finish_their_work(workload, model, fairness):
+    workload = prepare_workload("pollux-workloads:workloads/workload-1", SPEC)
     workload.jobs = workload.jobs[:8]
     costs = Costs(restart_s=30.0, start_s=30.0, resize_s=30.0)
-    policy = make_policy("pollux", model=model)
+    policy = make_policy("pollux", model=model, fairness=fairness)
     result = simulate(workload, SPEC, policy, costs=costs, round_s=60.0)
     for state in result.jobs.all.values():
         assert state.status is JobStatus.DONE
@@ -65,3 +68,8 @@ def test_first_jobs_of_a_workload_all_finish_their_work(workload, model):
     assert result.accounting.placement_gpu_s == pytest.approx(
         sum(s.attained_gpu_s for s in result.jobs.all.values()), rel=1e-6
     )
+
+
+def test_a_positive_fairness_power_is_refused():
+    with pytest.raises(PolicyOptionError, match=r"fairness=0\.5"):
+        make_policy("pollux", fairness=0.5)

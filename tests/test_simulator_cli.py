@@ -55,3 +55,26 @@ def test_policy_options_reach_the_policy_and_bad_ones_are_clear_errors(tmp_path)
     assert "no option threshold" in bad.output and "thresholds" in bad.output
     malformed = runner.invoke(app, [*base, "--policy-option", "57600"])
     assert malformed.exit_code == 2 and "KEY=VALUE" in malformed.output
+
+
+def test_every_cost_of_the_artifacts_configuration_is_settable(tmp_path, monkeypatch):
+    """The Pollux artifact charges 30 s at every (re)allocation: start, restart, resize and
+    migration are each an option, and each reaches the simulation's costs."""
+    import perfcast.scheduler.sim.run as sim_run
+
+    seen = {}
+
+    def capture(*args, costs, **kwargs):
+        seen["costs"] = costs
+        raise SystemExit(0)
+
+    monkeypatch.setattr(sim_run, "run_simulation", capture)
+    trace = tmp_path / "t.csv"
+    trace.write_text("job_id,submit_time_s,num_gpus,duration_s\na,0,1,10\n")
+    costs = ["--start-s", "31", "--restart-s", "32", "--resize-s", "33", "--migrate-s", "34"]
+    runner.invoke(
+        app,
+        ["simulate", "--trace", str(trace), "--cluster", "1x1:v100", "--policy", "fifo", *costs],
+    )
+    chosen = seen["costs"]
+    assert (chosen.start_s, chosen.restart_s, chosen.resize_s, chosen.migrate_s) == (31, 32, 33, 34)

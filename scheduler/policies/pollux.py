@@ -82,6 +82,7 @@ class PolluxPolicy(SchedulingPolicy):
         max_gpus: int = 64,
         model: str = "fitted",
         profile: str = "type",
+        fairness: float = 0.0,
     ) -> None:
         if model not in MODELS:
             raise PolicyOptionError(f"pollux model={model!r}: choose one of {', '.join(MODELS)}")
@@ -92,6 +93,9 @@ class PolluxPolicy(SchedulingPolicy):
         self.restart_s, self.max_gpus, self.model, self.profile = (
             restart_s, max_gpus, model, profile
         )  # fmt: skip
+        if fairness > 0:
+            raise PolicyOptionError(f"pollux fairness={fairness}: give 0 (log) or a negative power")
+        self.fairness = fairness
         self.placement = PackingPlacement()
         self._model: Any = None
         self._best: dict[tuple, tuple[float, int]] = {}
@@ -187,6 +191,15 @@ class PolluxPolicy(SchedulingPolicy):
             value *= max(age - restarts * delay, 0.0) / (age + delay)
         return value
 
+    def _utility(self, value: float, base: float) -> float:
+        """What a job's goodput is worth to the allocation: its log (`fairness=0`, the
+        proportionally fair split), or -(value/base)^p for a power p < 0 (the artifact's p=-1:
+        the power mean of speedups over the job's goodput at its fair share, `base`; the more
+        negative, the more the slowest jobs count)."""
+        if self.fairness == 0.0:
+            return math.log(value)
+        return -((value / base) ** self.fairness)
+
     def schedule(self, ctx: RoundContext) -> list[Allocation]:
         if self.model == "fitted":
             self._report(ctx)
@@ -204,6 +217,7 @@ class PolluxPolicy(SchedulingPolicy):
             if free == 0:
                 break
         by_id = {s.job_id: s for s in states}
+        fair = max(1, math.ceil(total / max(len(states), 1)))
         heap: list[tuple[float, int, str, int]] = []
 
         def push(job_id: str) -> None:
@@ -212,12 +226,13 @@ class PolluxPolicy(SchedulingPolicy):
             steps = [m for m in candidate_sizes(cap, state.num_gpus) if m > n]
             best = None
             here = self._value(state, n, now)
+            base = self.goodput(state, min(fair, cap))[0] if self.fairness else 1.0
             for m in steps:
                 if m - n > free:
                     break
                 there = self._value(state, m, now)
                 if here > 0 and there > here:
-                    gain = math.log(there / here) / (m - n)
+                    gain = (self._utility(there, base) - self._utility(here, base)) / (m - n)
                     if best is None or gain > best[0]:
                         best = (gain, m)
             if best is not None:
