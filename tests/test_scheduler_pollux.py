@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from perfcast.datasets.fetch import shared_data_available
 from perfcast.scheduler.core import ClusterSpec, ClusterState, JobStatus
@@ -18,6 +22,7 @@ pytestmark = pytest.mark.skipif(
     not shared_data_available(), reason="the public datasets are not available"
 )
 SPEC = ClusterSpec.parse("16x4:t4")
+SHORT = ("ncf-movielens", "resnet18-cifar10", "bert-squad", "deepspeech2-arctic")
 
 
 @pytest.fixture(scope="module")
@@ -73,3 +78,42 @@ def test_first_jobs_of_a_workload_all_finish_their_work(workload, model, fairnes
 def test_a_positive_fairness_power_is_refused():
     with pytest.raises(PolicyOptionError, match=r"fairness=0\.5"):
         make_policy("pollux", fairness=0.5)
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    picks=st.lists(st.integers(0, 152), min_size=2, max_size=5, unique=True),
+    gaps=st.lists(st.floats(0, 3600).map(lambda t: round(t, 1)), min_size=5, max_size=5),
+    spec=st.sampled_from(["1x4:t4", "2x4:t4"]),
+    options=st.sampled_from(
+        [{"model": "fitted"}, {"model": "oracle"}, {"model": "fitted", "fairness": -1.0}]
+    ),
+)
+def test_statistical_jobs_under_pollux_do_their_work_and_accounting_adds_up(
+    workload, picks, gaps, spec, options
+):
+    """The invariants of tests/test_simulator_invariants.py for jobs whose progress counts
+    statistical efficiency, under every way `pollux` decides: random few of the artifact's
+    jobs, submitted at random gaps, on a node or two. Every job finishes with its work run;
+    each holds its GPUs at least its 30 s start; the GPU-seconds placed are those held, and
+    those run plus the (re)allocation delays paid."""
+    whole = prepare_workload("pollux-workloads:workloads/workload-1", SPEC)
+    # the shorter applications: an ImageNet or YOLOv3 job alone runs for days on 4 T4s
+    short = [j for j in whole.jobs if j.job_type in SHORT]
+    chosen, submit = [], 0.0
+    for i, gap in zip(picks, gaps, strict=False):
+        submit += gap
+        chosen.append(dataclasses.replace(short[i % len(short)], submit_time_s=submit))
+    whole.jobs = chosen
+    costs = Costs(restart_s=30.0, start_s=30.0, resize_s=30.0, migrate_s=30.0)
+    policy = make_policy("pollux", **options)
+    result = simulate(whole, ClusterSpec.parse(spec), policy, costs=costs, round_s=60.0)
+    acc, states = result.accounting, list(result.jobs.all.values())
+    for state in states:
+        assert state.status is JobStatus.DONE
+        assert acc.samples[state.job_id] >= state.job.total_samples * (1 - 1e-6)
+        assert state.finish_s - state.first_start_s >= costs.start_s
+    held = sum(s.attained_gpu_s for s in states)
+    paid = sum(s.overhead_gpu_s for s in states)
+    assert acc.placement_gpu_s == pytest.approx(held, rel=1e-6)
+    assert acc.placement_gpu_s == pytest.approx(sum(acc.productive_gpu_s.values()) + paid, rel=1e-6)
