@@ -60,7 +60,7 @@ def main(policy_name: str, state: str, address: str, trace: str) -> None:
         if job_id not in known:
             runner.submit(job_id, spec)
     print("recovered", json.dumps(recovered), flush=True)
-    summary = runner.run(timeout_s=240)
+    summary = runner.run(timeout_s=600)  # a loaded host starts workers slowly
     executor.shutdown()
     print(json.dumps(summary.as_dict() | {"round_errors": runner.round_errors}))
 

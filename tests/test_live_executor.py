@@ -57,7 +57,7 @@ def executor(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("live")
     store = JobStore(tmp / "state.db")
     ex = RayExecutor(store, tmp / "ckpt", spares_per_node=2)
-    ex.warm_spares()
+    ex.warm_spares(timeout_s=600)  # process start-up on a loaded host: minutes
     yield ex
     ex.shutdown()
     store.close()
@@ -290,7 +290,7 @@ def test_timesliced_jobs_take_turns_and_both_finish(executor):
         submit(executor, job_id, long)
     # s2 must join while s1 still runs: its worker is a spare whose process is already up,
     # not one still starting (on a loaded machine, a start outlasts s1's 1.5 s of work)
-    executor.warm_spares()
+    executor.warm_spares(timeout_s=600)
     executor.run("s1", ((0, 1),), SPEC.batch_size, "exclusive")
     executor.run("s2", ((0, 1),), SPEC.batch_size, "timeslice")
     assert executor.slicer.groups == {((0, 1),): ["s1", "s2"]}
@@ -446,3 +446,56 @@ def test_a_decision_that_failed_is_undone_in_the_core_and_the_job_placed_again(
     assert "vs cluster None" in fixed["detail"]
     assert executor.store.job("rec").status == "done"
     assert runner.loop.jobs["rec"].status.value == "done"
+
+
+def _named_workers(ex: RayExecutor) -> set[str]:
+    return {
+        a["name"]
+        for a in ray.util.list_named_actors(all_namespaces=True)
+        if a["namespace"] == ex.namespace
+    }
+
+
+def test_a_launch_whose_workers_are_slow_or_fail_leaves_none_behind(tmp_path, monkeypatch):
+    """On a loaded host new worker processes can start slower than a launch waits. Workers not
+    up yet (told nothing) are put off as spares that the next launch takes, so no more
+    processes start beside them; workers that may have been told to start are killed when the
+    launch fails, so none runs the job beside the next attempt. Either way no GPU stays
+    reserved and the job is not running."""
+    import perfcast.scheduler.live.executor as executor_module
+    from perfcast.scheduler.live.nodes import WorkersStarting
+
+    store = JobStore(tmp_path / "state.db")
+    ex = RayExecutor(store, tmp_path / "ckpt", spares_per_node=0)
+    try:
+        spec = SPEC.model_copy(update={"iterations": 20})
+        submit(ex, "slow", spec)
+        submit(ex, "bad", spec)
+        monkeypatch.setattr(executor_module, "RPC_TIMEOUT_S", 0.0)  # not up in time
+        with pytest.raises(WorkersStarting, match="not up after"):
+            ex.run("slow", ((0, 0), (0, 1)), 32, "exclusive")
+        kept = _named_workers(ex)
+        assert len(kept) == 2 and not ex.reservations.held("slow")
+        assert "slow" not in ex.placements()
+        monkeypatch.undo()
+
+        ex.run("slow", ((0, 0), (0, 1)), 32, "exclusive")
+        assert set(store.job("slow").workers) == kept  # took the two put off, started none
+        wait_finished(ex, "slow")
+
+        def broken(**fields):
+            raise RuntimeError("assignment refused (injected)")
+
+        monkeypatch.setattr(executor_module, "Assignment", broken)
+        monkeypatch.setattr(executor_module, "RPC_TIMEOUT_S", 600.0)  # a new worker: up first
+        with pytest.raises(RuntimeError, match="injected"):
+            ex.run("bad", ((0, 2),), 32, "exclusive")
+        deadline = time.monotonic() + 60  # ray.kill is asynchronous
+        while _named_workers(ex) - kept and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _named_workers(ex) - kept  # its new worker was killed
+        assert not ex.reservations.held("bad") and "bad" not in ex.placements()
+        assert store.job("bad").status == "pending" and not store.events("bad", "launch")
+    finally:
+        ex.shutdown()
+        store.close()

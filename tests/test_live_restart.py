@@ -56,7 +56,7 @@ def test_restarted_scheduler_loses_no_job_and_runs_none_twice(tmp_path, policy, 
     ]  # fmt: skip
     store = JobStore(tmp_path / "state" / "state.db")
     first = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    deadline = time.monotonic() + 300  # start-up on a loaded machine: a minute or more
+    deadline = time.monotonic() + 600  # start-up on a loaded machine: minutes
     while time.monotonic() < deadline:
         status = {r.job_id: r.status for r in store.jobs()} if store.path.exists() else {}
         if _killed_while(policy, status, store):
@@ -68,7 +68,8 @@ def test_restarted_scheduler_loses_no_job_and_runs_none_twice(tmp_path, policy, 
     logged = {job_id: len(store.events(job_id)) for job_id in before}
     assert "running" in {r.status for r in before.values()}
 
-    second = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    # a wait, not a speed check: a loaded host starts Ray worker processes in minutes
+    second = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-2000:]
     assert "recovered" in second.stdout
     summary = json.loads(second.stdout.strip().splitlines()[-1])
@@ -130,7 +131,7 @@ def test_restart_under_packing_and_elastic_policies(tmp_path, policy, count, gap
     cmd = [sys.executable, str(driver), policy, str(tmp_path / "state"), address, str(trace)]
     store = JobStore(tmp_path / "state" / "state.db")
     first = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    deadline = time.monotonic() + 300
+    deadline = time.monotonic() + 600
     while time.monotonic() < deadline and first.poll() is None:
         if store.path.exists() and _packed_or_resized(policy, store):
             break
@@ -142,7 +143,8 @@ def test_restart_under_packing_and_elastic_policies(tmp_path, policy, count, gap
     logged = {job_id: len(store.events(job_id)) for job_id in before}
     assert _packed_or_resized(policy, store)
 
-    second = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    # a wait, not a speed check: a loaded host starts Ray worker processes in minutes
+    second = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-3000:]
     assert "recovered" in second.stdout
     summary = json.loads(second.stdout.strip().splitlines()[-1])

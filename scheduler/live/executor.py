@@ -32,7 +32,7 @@ from perfcast.scheduler.core.decisions import Decision, Migrate, Resize, Run, Su
 from perfcast.scheduler.core.jobs import JobTable
 from perfcast.scheduler.live.checkpoint import CheckpointError, CheckpointRef, latest_checkpoint
 from perfcast.scheduler.live.gang import RPC_TIMEOUT_S, WorkerGang
-from perfcast.scheduler.live.nodes import ExecutorError, NodeView
+from perfcast.scheduler.live.nodes import ExecutorError, NodeView, WorkersStarting
 from perfcast.scheduler.live.pool import WorkerPool
 from perfcast.scheduler.live.reports import Failed, Finished, Lost, Progress, Report
 from perfcast.scheduler.live.reservations import GpuReservations
@@ -458,11 +458,11 @@ class RayExecutor:
         self.reservations.remove_orphans(adoptable)
         return self.pool.kill_orphans(name for r in records for name in r.workers)
 
-    def warm_spares(self) -> None:
+    def warm_spares(self, timeout_s: float = RPC_TIMEOUT_S) -> None:
         """Start the spare workers and wait until they are up, so the next launches skip
         process start-up and imports."""
         with self.lock:
-            self.pool.warm()
+            self.pool.warm(timeout_s)
 
     def rejoin_timeslices(self, job_ids: Sequence[str]) -> None:
         """After reattaching the running jobs `job_ids`: put those time-sliced on the same GPUs
@@ -529,29 +529,26 @@ class RayExecutor:
         self.reservations.reserve(job_id, attempt, gpus)  # Ray sees the demand
         pairs = [self.pool.take(node) for node, _ in gpus]
         workers, names = [w for w, _ in pairs], [n for _, n in pairs]
-        addr, port = ("", 0)
-        if len(workers) > 1:
-            addr, port = ray.get(workers[0].rendezvous.remote(), timeout=RPC_TIMEOUT_S)
         gang = WorkerGang(job_id, spec, gpus, batch, attempt, workers, names)
-        assignments = [
-            Assignment(
-                job_id=job_id,
-                attempt=attempt,
-                spec=spec.model_dump(),
-                rank=rank,
-                world_size=len(gpus),
-                global_batch=batch,
-                master_addr=addr,
-                master_port=port,
-                gpu_index=gpu,
-                checkpoint_dir=str(self.checkpoint_dir),
-                restore_from=asdict(ref) if ref else None,
-                restore_pending=pending,
-            )
-            for rank, (_, gpu) in enumerate(gpus)
-        ]
-        refs = [w.start.remote(a) for w, a in zip(workers, assignments, strict=True)]
-        ray.get(refs, timeout=RPC_TIMEOUT_S)
+        try:
+            ray.get([w.info.remote() for w in workers], timeout=RPC_TIMEOUT_S)
+        except GetTimeoutError:
+            # still starting (a loaded host starts a process in minutes), not broken, and told
+            # nothing yet: the next launches take them as spares, the furthest along, instead
+            # of starting more processes beside them that would slow them down further
+            self.reservations.release(job_id)
+            self.pool.keep_starting(gang)
+            raise WorkersStarting(
+                f"job {job_id}: workers {names} not up after {RPC_TIMEOUT_S:g} s"
+            ) from None
+        try:
+            self._start(gang, ref, pending)
+        except Exception:
+            # a worker may still carry the start out later: none may live on to run the job
+            # beside the attempt the next round launches
+            gang.kill()
+            self.reservations.release(job_id)
+            raise
         gang.joins = gang.send("join")
         self.live[job_id] = gang
         self.store.update_job(
@@ -560,6 +557,31 @@ class RayExecutor:
         if not pending:  # else logged at the hand-over, once the checkpoint is known
             self._log_launch(gang, ref)
         return gang
+
+    def _start(self, gang: WorkerGang, ref: CheckpointRef | None, pending: bool) -> None:
+        """Give each of the gang's workers (their processes up) its rank's assignment."""
+        addr, port = ("", 0)
+        if len(gang.workers) > 1:
+            addr, port = ray.get(gang.workers[0].rendezvous.remote(), timeout=RPC_TIMEOUT_S)
+        assignments = [
+            Assignment(
+                job_id=gang.job_id,
+                attempt=gang.attempt,
+                spec=gang.spec.model_dump(),
+                rank=rank,
+                world_size=len(gang.gpus),
+                global_batch=gang.global_batch,
+                master_addr=addr,
+                master_port=port,
+                gpu_index=gpu,
+                checkpoint_dir=str(self.checkpoint_dir),
+                restore_from=asdict(ref) if ref else None,
+                restore_pending=pending,
+            )
+            for rank, (_, gpu) in enumerate(gang.gpus)
+        ]
+        starts = [w.start.remote(a) for w, a in zip(gang.workers, assignments, strict=True)]
+        ray.get(starts, timeout=RPC_TIMEOUT_S)
 
     def _log_launch(self, gang: WorkerGang, ref: CheckpointRef | None, how: str = "") -> None:
         where = f"from iteration {ref.iteration}" if ref else "from scratch"

@@ -31,6 +31,11 @@ class ExecutorError(PerfcastError):
     """The Ray cluster cannot carry out a decision (no such node, job unknown)."""
 
 
+class WorkersStarting(ExecutorError):
+    """A launch's worker processes are not up yet (a loaded host starts one in minutes): the
+    launch is put off, and a later round's launch takes them."""
+
+
 @dataclass(frozen=True)
 class RayNode:
     node_id: str

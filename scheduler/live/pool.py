@@ -61,11 +61,11 @@ class WorkerPool:
                 worker, name = self._new_worker(node)
                 spares.append(Spare(worker, name, worker.info.remote()))
 
-    def warm(self) -> None:
+    def warm(self, timeout_s: float = RPC_TIMEOUT_S) -> None:
         """Top up and wait until every spare is up (process started, imports done)."""
         self.top_up()
         readiness = [s.ready for spares in self._spares.values() for s in spares]
-        ray.get(readiness, timeout=RPC_TIMEOUT_S)
+        ray.get(readiness, timeout=timeout_s)
 
     def give_back(self, gang: WorkerGang) -> None:
         """Keep a gang's idle workers as spares on their node, up to `spares_per_node`."""
@@ -75,6 +75,13 @@ class WorkerPool:
                 spares.append(Spare(worker, name, worker.info.remote()))
             else:
                 ray.kill(worker, no_restart=True)
+
+    def keep_starting(self, gang: WorkerGang) -> None:
+        """Keep the workers of a launch that gave up waiting for them (told nothing yet) as
+        spares, beyond `spares_per_node`: the next launches take them, whose processes are
+        the furthest along."""
+        for worker, name, (node, _) in zip(gang.workers, gang.names, gang.gpus, strict=True):
+            self._spares[node].append(Spare(worker, name, worker.info.remote()))
 
     def kill_orphans(self, known: Iterable[str]) -> int:
         """Kill the workers of this namespace that neither `known` (the jobs' workers) nor

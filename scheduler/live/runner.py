@@ -26,6 +26,7 @@ from perfcast.scheduler.core.jobs import Job, JobStatus
 from perfcast.scheduler.core.loop import SchedulingLoop, SchedulingPolicy, apply_decision
 from perfcast.scheduler.core.predictions import JobPredictor
 from perfcast.scheduler.live.executor import RayExecutor
+from perfcast.scheduler.live.nodes import WorkersStarting
 from perfcast.scheduler.live.predictions import needs_predictor
 from perfcast.scheduler.live.reports import Failed, Finished, Lost, Progress
 from perfcast.scheduler.live.spec import JobSpec, check_shards
@@ -153,18 +154,22 @@ class LiveRunner:
         """One round: admissions, decisions, then the executor's reports. A round that raises
         (a policy's bug, a decision the cluster refused) is logged with its traceback in the
         event log and counted, and the next round goes on: one bad round must not stop the
-        service and leave every job unscheduled."""
+        service and leave every job unscheduled. A launch whose workers are still starting is
+        put off the same way, logged but not counted."""
         try:
             self._round()
+            return
+        except WorkersStarting as slow:  # not an error: a later round's launch takes them
+            self.store.log(None, "launch put off", str(slow))
         except Exception:  # whatever it was: the service must survive it
             self.round_errors += 1
             log.exception("scheduling round failed")
             self.store.log(None, "round error", traceback.format_exc(limit=8))
-            try:
-                self._reconcile(self.now())
-            except Exception:
-                log.exception("reconciling after a failed round failed")
-                self.store.log(None, "round error", traceback.format_exc(limit=8))
+        try:
+            self._reconcile(self.now())
+        except Exception:
+            log.exception("reconciling after a failed round failed")
+            self.store.log(None, "round error", traceback.format_exc(limit=8))
 
     def _reconcile(self, now: float) -> None:
         """After a failed round: the decisions committed in the core but not carried out (or
