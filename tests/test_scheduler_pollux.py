@@ -62,8 +62,7 @@ def test_ncf_keeps_the_artifacts_fixed_batch_on_one_gpu(workload):
     ("model", "fairness"), [("fitted", 0.0), ("oracle", 0.0), ("fitted", -1.0)]
 )
 def test_first_jobs_of_a_workload_all_finish_their_work(workload, model, fairness):
-    workload = prepare_workload("pollux-workloads:workloads/workload-1", SPEC)
-    workload.jobs = workload.jobs[:8]
+    workload = dataclasses.replace(workload, jobs=workload.jobs[:8])  # the fixture unchanged
     costs = Costs(restart_s=30.0, start_s=30.0, resize_s=30.0)
     policy = make_policy("pollux", model=model, fairness=fairness)
     result = simulate(workload, SPEC, policy, costs=costs, round_s=60.0)
@@ -97,14 +96,13 @@ def test_statistical_jobs_under_pollux_do_their_work_and_accounting_adds_up(
     jobs, submitted at random gaps, on a node or two. Every job finishes with its work run;
     each holds its GPUs at least its 30 s start; the GPU-seconds placed are those held, and
     those run plus the (re)allocation delays paid."""
-    whole = prepare_workload("pollux-workloads:workloads/workload-1", SPEC)
     # the shorter applications: an ImageNet or YOLOv3 job alone runs for days on 4 T4s
-    short = [j for j in whole.jobs if j.job_type in SHORT]
+    short = [j for j in workload.jobs if j.job_type in SHORT]
     chosen, submit = [], 0.0
     for i, gap in zip(picks, gaps, strict=False):
         submit += gap
         chosen.append(dataclasses.replace(short[i % len(short)], submit_time_s=submit))
-    whole.jobs = chosen
+    whole = dataclasses.replace(workload, jobs=chosen)  # the fixture unchanged
     costs = Costs(restart_s=30.0, start_s=30.0, resize_s=30.0, migrate_s=30.0)
     policy = make_policy("pollux", **options)
     result = simulate(whole, ClusterSpec.parse(spec), policy, costs=costs, round_s=60.0)
