@@ -126,3 +126,28 @@ def test_a_job_gets_one_gpu_then_at_most_twice_the_gpus_it_ran_on() -> None:
     assert list(profile.reports) == [(1, 1, app.init_batch)]
     step, sync = app.step_and_sync((1,), app.init_batch)
     assert profile.reports[(1, 1, app.init_batch)] == pytest.approx((step - sync, step))
+
+
+def test_a_configuration_run_predicts_what_it_reported_and_others_what_the_model_does() -> None:
+    profile = JobProfile()
+    for nodes, replicas, atomic in CONFIGS:
+        profile.report(
+            nodes,
+            replicas,
+            atomic,
+            float(TRUE.pass_time(atomic)),
+            float(TRUE.optim_time(nodes, replicas, atomic)),
+        )
+    slow = 2.0 * float(TRUE.optim_time(1, 2, 32))  # one placement slower than any model says
+    profile.report(1, 2, 32, float(TRUE.pass_time(32)), slow)
+    params = profile.params
+    for accum in (0, 3):
+        expected = accum * float(TRUE.pass_time(32)) + slow
+        assert float(profile.step_time(1, 2, [32], [accum])[0]) == pytest.approx(expected)
+    # another local batch on the same GPUs: the model scaled by the ratio reported nearest
+    ratio = slow / float(params.optim_time(1, 2, 32))
+    got = float(profile.step_time(1, 2, [48], [0])[0])
+    assert got == pytest.approx(ratio * float(params.optim_time(1, 2, 48)))
+    # never run on 3 GPUs of one node: the fitted model alone
+    never = float(profile.step_time(1, 3, [48], [1])[0])
+    assert never == pytest.approx(float(params.step_time(1, 3, 48, 1)))

@@ -7,9 +7,10 @@ and batch size are chosen for goodput, throughput x statistical efficiency.
   batch), of samples/s at that batch times the statistical efficiency the job's gradient noise
   of its current epoch gives it. `model=fitted` (the default, as Pollux): step times come from
   a throughput model fitted to the step times each job reported in the configurations it ran
-  (`pollux_throughput`; a job never run gets one GPU, and at most twice the GPUs it has run
-  on), and efficiency from the gradient noise it reported at its current batch, extrapolated
-  to other batches with Pollux's formula. `model=oracle`: both read from the job's true model
+  (`pollux_throughput`; in a GPU count already run, the model scaled to what was reported
+  there; a job never run gets one GPU, and at most twice the GPUs it has run on), and
+  efficiency from the gradient noise it reported at its current batch, extrapolated to other
+  batches with Pollux's formula. `model=oracle`: both read from the job's true model
   (`Workload.statistical_model`: the Pollux artifact's measured placements and validation
   runs at every batch size).
 - Allocation: jobs in order of least attained service (Pollux's job order) get one GPU each
@@ -135,10 +136,10 @@ class PolluxPolicy(SchedulingPolicy):
             work = float(app.starts[epoch]) * app.init_batch
             rates = [app.rate(placement, b, work) for b in batches]
         else:
-            params = self.profiles[self._profile_key(state)].params
+            profile = self.profiles[self._profile_key(state)]
             noise = app.noise(max(state.batch_size, app.init_batch), epoch)  # as reported
             splits = [app.split(b, n) for b in batches]
-            steps = params.step_time(
+            steps = profile.step_time(
                 len(placement), n, [s.atomic for s in splits], [s.accum for s in splits]
             )
             processed = [s.global_batch(n) for s in splits]

@@ -16,6 +16,9 @@ alpha_c at half the pass time), a small pull of gamma toward 1 and of the betas 
 (an optimistic model), and sync across nodes at least 1.1x sync on one node when no
 multi-node run was seen. Before a job has run on more than one GPU the model is perfect
 scaling, and `max_replicas` lets the policy give it at most twice the GPUs it has run on.
+`JobProfile.step_time` answers with the model where a (nodes, replicas) was never run, and with
+the model scaled to the report where it was: the model is for extrapolating, not for
+overruling an observation.
 """
 
 from __future__ import annotations
@@ -145,6 +148,26 @@ class JobProfile:
             times = np.array(list(self.reports.values()), dtype=float)
             self._params = fit_throughput(keys[:, 0], keys[:, 1], keys[:, 2], *times.T)
         return self._params
+
+    def step_time(self, nodes: int, replicas: int, atomic, accum) -> np.ndarray:
+        """Seconds of a step, as the fitted model predicts it, corrected where the job has run
+        this (nodes, replicas): the model's pass and step times there are scaled by what was
+        reported at the nearest local batch. The model extrapolates to configurations not run;
+        where one was run its report is an observation, and the seven-parameter model, fitted
+        to every placement at once, can miss it by 2x (a measured placement slower than its
+        neighbours, packed versus spread placements in one sync term)."""
+        params = self.params
+        atomic, accum = np.asarray(atomic, dtype=float), np.asarray(accum)
+        pass_s = params.pass_time(atomic)
+        optim_s = params.optim_time(nodes, replicas, atomic)
+        seen = [(a, t) for (n, r, a), t in self.reports.items() if (n, r) == (nodes, replicas)]
+        if seen:
+            ran = np.array([a for a, _ in seen], dtype=float)
+            times = np.array([t for _, t in seen], dtype=float)
+            nearest = np.abs(np.log(atomic)[:, None] - np.log(ran)[None, :]).argmin(axis=1)
+            pass_s = pass_s * times[nearest, 0] / params.pass_time(ran)[nearest]
+            optim_s = optim_s * times[nearest, 1] / params.optim_time(nodes, replicas, ran)[nearest]
+        return accum * pass_s + optim_s
 
     @property
     def version(self) -> int:
