@@ -101,6 +101,8 @@ class PolluxPolicy(SchedulingPolicy):
         self._model: Any = None
         self._best: dict[tuple, tuple[float, int]] = {}
         self.profiles: dict[str, JobProfile] = {}
+        self._gpus: dict[str, tuple] = {}  # each job's GPUs at the last round
+        self.restarts: Counter[str] = Counter()
 
     def configure(self, workload: Any) -> None:
         self._model = workload.statistical_model
@@ -187,7 +189,7 @@ class PolluxPolicy(SchedulingPolicy):
         value = self.goodput(state, n)[0]
         if state.num_gpus and n != state.num_gpus:
             age = now - state.job.submit_time_s
-            restarts = state.preemptions + state.resizes
+            restarts = self.restarts[state.job_id]
             delay = self.restart_s
             value *= max(age - restarts * delay, 0.0) / (age + delay)
         return value
@@ -201,7 +203,21 @@ class PolluxPolicy(SchedulingPolicy):
             return math.log(value)
         return -((value / base) ** self.fairness)
 
+    def _count_restarts(self, ctx: RoundContext) -> None:
+        """A job restarted when it runs on other GPUs than at the last round after having run
+        (the artifact's `num_restarts`, counted at every reallocation after the first). A new
+        batch on the same GPUs continues in place: counting it as a resize, as the job's
+        `resizes` does, discounted jobs whose batch moved with their noise as if each move
+        had cost a restart."""
+        for job_id, state in ctx.jobs.active.items():
+            last = self._gpus.get(job_id)
+            if state.gpus and last is not None and set(state.gpus) != set(last):
+                self.restarts[job_id] += 1
+            if state.gpus or last is not None:
+                self._gpus[job_id] = state.gpus
+
     def schedule(self, ctx: RoundContext) -> list[Allocation]:
+        self._count_restarts(ctx)
         if self.model == "fitted":
             self._report(ctx)
         now, total = ctx.now, ctx.cluster.total_gpus
