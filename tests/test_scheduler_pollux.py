@@ -74,6 +74,29 @@ def test_first_jobs_of_a_workload_all_finish_their_work(workload, model, fairnes
     )
 
 
+def test_only_a_move_to_other_gpus_counts_as_a_restart(workload):
+    """The restart discount counts reallocations, as the artifact's `num_restarts`: a new batch
+    on the same GPUs (a resize in the job's counters) continues in place."""
+    policy = make_policy("pollux")
+    policy.configure(workload)
+    jobs, cluster = JobTable(), ClusterState(SPEC)
+    state = jobs.add(next(j for j in workload.jobs if j.job_id.endswith("/cifar10-0")))
+
+    def round_with(gpus, at):
+        state.gpus = gpus
+        policy._count_restarts(RoundContext(at, cluster, jobs))
+        return policy.restarts[state.job_id]
+
+    two, three = ((0, 0), (0, 1)), ((0, 0), (0, 1), (0, 2))
+    assert round_with((), 0.0) == 0  # waiting
+    assert round_with(two, 60.0) == 0  # first start
+    state.batch_size, state.resizes = 2 * state.batch_size, state.resizes + 1
+    assert round_with(two, 120.0) == 0  # a new batch in place
+    assert round_with(three, 180.0) == 1  # resized
+    assert round_with((), 240.0) == 1  # suspended
+    assert round_with(three, 300.0) == 2  # resumed, on the same GPUs or not
+
+
 def test_a_positive_fairness_power_is_refused():
     with pytest.raises(PolicyOptionError, match=r"fairness=0\.5"):
         make_policy("pollux", fairness=0.5)
