@@ -281,8 +281,8 @@ def service_cpu_ms(rows: int, repeats: int) -> float:
         def champion(self, task: str) -> SimpleNamespace:
             return SimpleNamespace(family="canned", version="0", run_id="-")
 
-        def predict(self, task: str, frame: pd.DataFrame) -> pd.DataFrame:
-            return canned.iloc[: len(frame)].reset_index(drop=True)
+        def predict_columns(self, task: str, rows: list, groups: list | None = None) -> dict:
+            return {name: column.to_numpy()[: len(rows)] for name, column in canned.items()}
 
     app = create_app(Settings(tasks=("scaling",)), CannedModels(("scaling",)))
     body = ('{"rows": [' + ",".join([json.dumps(ROW)] * rows) + "]}").encode()

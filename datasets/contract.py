@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Literal
 
 import numpy as np
@@ -416,6 +416,91 @@ def _passing_table(df: pd.DataFrame, schema: pa.DataFrameSchema) -> pd.DataFrame
     except Exception:  # a failed coercion or check: pandera reports it
         return None
     return clean
+
+
+_INT64 = (-(2**63), 2**63)
+
+
+def _plain_value(value: object, dtype: str, nullable: bool) -> tuple[bool, object]:
+    """(whether `value` already has the Python type of a column of `dtype`, the value as the
+    column holds it): an integer column takes ints (not bools) within int64, a float column
+    ints and floats, a text column strings, a boolean column bools; a missing value (None, NaN)
+    only where the column is nullable, as None (NaN in a float column)."""
+    if _missing(value):
+        return nullable, (np.nan if dtype.startswith("float") else None)
+    kind = type(value)
+    if "int" in dtype.lower():
+        return kind is int and _INT64[0] <= value < _INT64[1], value
+    if dtype.startswith("float"):
+        return kind is int or kind is float, float(value)  # type: ignore[arg-type]
+    if dtype == "boolean":
+        return kind is bool, value
+    return kind is str, value
+
+
+# Whole-table checks of the schemas on a few rows' columns, by name (as _FEW_ROW_CHECKS).
+_FEW_ROW_TABLE_CHECKS: dict[str, Callable[[dict[str, list]], bool]] = {
+    "num_gpus >= num_nodes": lambda cols: all(
+        g >= n for g, n in zip(cols["num_gpus"], cols["num_nodes"], strict=True)
+    ),
+}
+
+
+def few_row_columns(
+    records: Sequence[Mapping[str, object]], kind: str, exclude: Sequence[str] = ()
+) -> dict[str, list] | None:
+    """`records` (a few rows as parsed JSON objects) as the columns of the table `validate`
+    would return for their frame, when every value already has its column's Python type and
+    every rule holds; None otherwise (a value to coerce, a rule broken, a column in `exclude`,
+    anything unusual), and `validate` on their frame then decides and words the errors.
+
+    The contract's columns hold ints, floats (NaN where missing), strings and bools (None where
+    missing); further columns keep their values, None where a record lacks them. Up to FEW_ROWS
+    records of a scaling, interference or trace table (a single request's rows need no
+    DataFrame: on a few rows pandas' per-call cost is most of a prediction's). `exclude`:
+    columns the records must not carry (a predictor's targets), required or not."""
+    schema = SCHEMAS.get(kind)
+    if not 0 < len(records) <= FEW_ROWS or kind in ("graph", "plan") or schema is None:
+        return None
+    if not _fast_path_applies(schema):
+        return None
+    names: dict[str, None] = {}
+    for record in records:
+        names.update(dict.fromkeys(record))
+    if any(name in names for name in exclude):
+        return None
+    columns = {name: [record.get(name) for record in records] for name in names}
+    for name, column in schema.columns.items():
+        if name not in columns:
+            if column.required and name not in exclude:
+                return None
+            continue
+        dtype, values = str(column.dtype), []
+        for value in columns[name]:
+            ok, value = _plain_value(value, dtype, column.nullable)
+            if not ok:
+                return None
+            values.append(value)
+        present = [v for v in values if not _missing(v)]
+        if not all(_few_row_check(check, present) for check in column.checks):
+            return None  # False, or None: the check cannot tell on Python values
+        columns[name] = values
+    for check in schema.checks:
+        decide = _FEW_ROW_TABLE_CHECKS.get(check.name)
+        if decide is None or not decide(columns):
+            return None
+    if kind == "scaling" and "placement" in columns:
+        placed = [
+            (p, g, n)
+            for p, g, n in zip(
+                columns["placement"], columns["num_gpus"], columns["num_nodes"], strict=True
+            )
+            if p is not None
+        ]
+        total, used = _digit_totals([p for p, _, _ in placed])
+        if any(t != g or u != n for (_, g, n), t, u in zip(placed, total, used, strict=True)):
+            return None
+    return columns
 
 
 def _contract_error(cases: pd.DataFrame, kind: str, source: str | None) -> ContractError:

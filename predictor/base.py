@@ -9,6 +9,7 @@ columns `<target>`, `<target>_p10` and `<target>_p90` (the shape `predictor.back
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
 from typing import ClassVar, Self
 
 import numpy as np
@@ -63,6 +64,9 @@ class TaskPredictor(BaseEstimator, ABC):
     kind: ClassVar[str]  # contract table the rows follow
     targets: ClassVar[tuple[str, ...]]
     family: ClassVar[str]  # model family name, e.g. "gbm", "fcn", "rnn", "gnn"
+    # whether each row's prediction depends on that row alone, so that `predict_columns` may
+    # answer several groups (a micro-batch's requests) in one call
+    rows_independent: ClassVar[bool] = False
 
     def fit(self, rows: pd.DataFrame, y: pd.DataFrame | None = None) -> Self:
         rows = self._with_targets(rows, y)
@@ -77,6 +81,21 @@ class TaskPredictor(BaseEstimator, ABC):
         if not hasattr(self, "fitted_"):
             raise ContractError(f"{type(self).__name__} is not fitted")
         return self._predict_interval(self._check_rows(rows))
+
+    def predict_columns(
+        self, records: Sequence[Mapping[str, object]], groups: Sequence[int] | None = None
+    ) -> dict[str, np.ndarray]:
+        """`predict_interval` of `records` (rows as parsed JSON objects) as columns: a
+        per-sample task's index first (its `sample_id`), then the answer's. `groups` (one per
+        record; the requests of a micro-batch) are answered as separate calls would answer them.
+        """
+        if groups is not None and not self.rows_independent and len(set(groups)) > 1:
+            parts = [self.predict_columns(part) for part in _split(records, groups)]
+            return {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
+        frame = self.predict_interval(pd.DataFrame.from_records(list(records)))
+        if frame.index.name is not None:
+            frame = frame.reset_index()
+        return {str(name): column.to_numpy() for name, column in frame.items()}
 
     @abstractmethod
     def _fit(self, rows: pd.DataFrame) -> Self: ...
@@ -124,14 +143,31 @@ def flags_column(flags: dict[str, np.ndarray], n: int) -> np.ndarray:
     return np.array(words, dtype=object)[codes.reshape(-1)]
 
 
-def interval_frame(
-    targets: tuple[str, ...], index: pd.Index, quantiles: list[tuple[np.ndarray, ...]]
-) -> pd.DataFrame:
-    """Build the output frame from (p10, p50, p90) arrays per target, p10 <= p50 <= p90."""
+def interval_columns(
+    targets: tuple[str, ...], quantiles: list[tuple[np.ndarray, ...]]
+) -> dict[str, np.ndarray]:
+    """The output columns from (p10, p50, p90) arrays per target, p10 <= p50 <= p90."""
     columns: dict[str, np.ndarray] = {}
     for target, (lo, mid, hi) in zip(targets, quantiles, strict=True):
         stacked = np.sort(np.vstack([lo, mid, hi]), axis=0)
         columns[target] = stacked[1]
         columns[f"{target}_p10"] = stacked[0]
         columns[f"{target}_p90"] = stacked[2]
-    return pd.DataFrame(columns, index=index)
+    return columns
+
+
+def interval_frame(
+    targets: tuple[str, ...], index: pd.Index, quantiles: list[tuple[np.ndarray, ...]]
+) -> pd.DataFrame:
+    """The output frame of `interval_columns`."""
+    return pd.DataFrame(interval_columns(targets, quantiles), index=index)
+
+
+def _split(records: Sequence, groups: Sequence[int]) -> list[list]:
+    """`records` cut where `groups` changes value (a micro-batch's requests, in order)."""
+    parts: list[list] = []
+    for i, (record, group) in enumerate(zip(records, groups, strict=True)):
+        if i == 0 or group != groups[i - 1]:
+            parts.append([])
+        parts[-1].append(record)
+    return parts

@@ -35,6 +35,7 @@ class InterferencePredictor(TaskPredictor):
     task = "interference"
     kind = "interference"
     targets = ("a_speed", "b_speed")
+    rows_independent = True
 
     def __init__(self, model: str = "gbm", random_state: int = 0) -> None:
         self.model = model

@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Self
 
 import numpy as np
 import pandas as pd
 from sklearn.base import clone
 
-from perfcast.features.devices import interconnect_frame, spec_frame
+from perfcast.datasets.contract import few_row_columns
+from perfcast.features.devices import INTERCONNECT_COLUMNS, interconnect_frame, spec_frame
 from perfcast.features.scaling import (
     ScalingFeatures,
     distinct_groups,
     gpus_per_node_of,
     ring_link_gbps,
 )
-from perfcast.predictor.base import TaskPredictor, flags_column, interval_frame
+from perfcast.predictor.base import TaskPredictor, flags_column, interval_columns
 from perfcast.predictor.regressors import ConformalQuantiles, QuantileGBM, make_regressor
 from perfcast.predictor.scaling_calibration import (
     HeldOutCluster,
@@ -25,8 +27,10 @@ from perfcast.predictor.scaling_calibration import (
 from perfcast.predictor.scaling_fast import (
     FEW_ROWS,
     FewRowFeatures,
+    Table,
     few_row_design,
     few_row_flags,
+    frame_table,
 )
 
 # p90/p50 and p50/p10 at least this on rows of a job or GPU type never seen: nothing measured
@@ -128,16 +132,53 @@ class ScalingPredictor(TaskPredictor):
             )
         return folds
 
+    def predict_columns(
+        self, records: Sequence[Mapping[str, object]], groups: Sequence[int] | None = None
+    ) -> dict[str, np.ndarray]:
+        """A few records whose values already have the contract's types take the few-row
+        path straight from them, with no frame at all (a single-row request's whole answer);
+        any other records are checked and predicted as a frame. The monotonic guard compares
+        rows of one group only, so several requests are answered in one call as each alone."""
+        table = None
+        if hasattr(self, "fitted_") and len(records) <= FEW_ROWS:
+            table = few_row_columns(records, self.kind, exclude=self.targets)
+        if table is None:
+            rows = pd.DataFrame.from_records(list(records))
+            if not hasattr(self, "fitted_"):
+                return super().predict_columns(records)  # refused there, as predict_interval does
+            rows = self._check_rows(rows)
+            if len(rows) <= FEW_ROWS:
+                return self._answer(*self._few(frame_table(rows)), groups)
+            return self._answer(*self._general(rows), groups)
+        return self._answer(*self._few(table), groups)
+
     def _predict_interval(self, rows: pd.DataFrame, fast: bool | None = None) -> pd.DataFrame:
         """`fast` (default: up to FEW_ROWS rows) takes `scaling_fast`'s path to the same
         features and flags."""
         if fast if fast is not None else len(rows) <= FEW_ROWS:
-            X, log_base, no_links = few_row_design(self.features_, rows)
-            flags = few_row_flags(self, rows, X, no_links)
+            answer = self._answer(*self._few(frame_table(rows)))
         else:
-            X, log_base = self.features_.transform(rows)
-            flags = self._flags(rows, X)
-        out = np.empty((3, len(rows)))
+            answer = self._answer(*self._general(rows))
+        return pd.DataFrame(answer, index=rows.index)
+
+    def _few(self, table: Table) -> tuple[Table, FewRowFeatures, np.ndarray, dict]:
+        X, log_base, no_links = few_row_design(self.features_, table)
+        return table, X, log_base, few_row_flags(self, table, X, no_links)
+
+    def _general(self, rows: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, np.ndarray, dict]:
+        X, log_base = self.features_.transform(rows)
+        return rows, X, log_base, self._flags(rows, X)
+
+    def _answer(
+        self,
+        rows: Table | pd.DataFrame,
+        X: pd.DataFrame | FewRowFeatures,
+        log_base: np.ndarray,
+        flags: dict[str, np.ndarray],
+        groups: Sequence[int] | None = None,
+    ) -> dict[str, np.ndarray]:
+        """The answer's columns (step time, p10, p90, flags) from the rows' features."""
+        out = np.empty((3, len(log_base)))
         has_base = np.isfinite(log_base)
         if self.ratio_model_ is None:
             has_base[:] = False
@@ -172,15 +213,17 @@ class ScalingPredictor(TaskPredictor):
         hi = np.where(unseen, np.fmax(hi, mid * UNSEEN_SPREAD), hi)
         per_node = _column(X, "gpus_per_node").astype("int64")
         raw = mid
-        mid, flags["monotonic_guard"] = self._monotonic(rows, per_node, mid, flags["measured"])
+        mid, flags["monotonic_guard"] = self._monotonic(
+            rows, per_node, mid, flags["measured"], groups
+        )
         # a raised p50 carries its p90 up with it: the interval keeps its relative width
         hi = hi * np.where(flags["monotonic_guard"], mid / raw, 1.0)
         lo, hi = np.fmin(lo, mid), np.fmax(hi, mid)
-        frame = interval_frame(self.targets, rows.index, [(lo, mid, hi)])
-        frame["flags"] = flags_column(
-            {k: v for k, v in flags.items() if k not in ("measured", "uncharted")}, len(frame)
+        answer = interval_columns(self.targets, [(lo, mid, hi)])
+        answer["flags"] = flags_column(
+            {k: v for k, v in flags.items() if k not in ("measured", "uncharted")}, len(mid)
         )
-        return frame
+        return answer
 
     def _flags(self, rows: pd.DataFrame, X: pd.DataFrame) -> dict[str, np.ndarray]:
         """One boolean array per FLAGS token of the scaling task, and two for this class:
@@ -213,45 +256,61 @@ class ScalingPredictor(TaskPredictor):
             "extrapolated_gpus": num_gpus > max_gpus,
             "extrapolated_batch": (bsz < ranges[:, 0]) | (bsz > ranges[:, 1]),
             "no_interconnect_facts": multi & no_links & uncharted,
-            "slower_links": multi & uncharted & self.slower_links(_ring_link(rows, links), rows),
+            "slower_links": multi
+            & uncharted
+            & self.slower_links(
+                _ring_link(rows, links),
+                (rows["num_nodes"] > 1).to_numpy(),
+                [_numbers(rows, column) for column in INTERCONNECT_COLUMNS],
+            ),
         }
 
-    def slower_links(self, link: np.ndarray, rows: pd.DataFrame) -> np.ndarray:
+    def slower_links(
+        self, link: np.ndarray, spread: np.ndarray, stated: list[np.ndarray | None]
+    ) -> np.ndarray:
         """Whether each row's ring link (`link`, GB/s) is assumed from the interconnect table
         (not stated on the row) and slower than every multi-GPU training row's of the same
-        spread (one node or several). A link the row states is the caller's fact (a what-if
-        on the network, say): the communication model answers it, so a slower stated link
-        never predicts a faster step."""
-        spread = (rows["num_nodes"] > 1).to_numpy()
+        spread (one node or several: `spread`). `stated`: the rows' own intra-node and
+        inter-node bandwidths (NaN where not given; None: no row gives it). A link the row
+        states is the caller's fact (a what-if on the network, say): the communication model
+        answers it, so a slower stated link never predicts a faster step."""
         slowest = np.where(spread, self.slowest_link_gbps_[True], self.slowest_link_gbps_[False])
-        stated = np.zeros(len(rows), dtype=bool)
-        for column, where in (("intra_node_bw_gbps", ~spread), ("inter_node_bw_gbps", spread)):
-            if column in rows.columns:
-                own = pd.to_numeric(rows[column], errors="coerce").to_numpy(dtype=float)
-                stated |= where & (own > 0)
-        return (link < slowest) & ~stated
+        own = np.zeros(len(link), dtype=bool)
+        for values, where in zip(stated, (~spread, spread), strict=True):
+            if values is not None:
+                own |= where & (values > 0)
+        return (link < slowest) & ~own
 
     @staticmethod
     def _monotonic(
-        rows: pd.DataFrame, per_node: np.ndarray, mid: np.ndarray, measured: np.ndarray
+        rows: Table | pd.DataFrame,
+        per_node: np.ndarray,
+        mid: np.ndarray,
+        measured: np.ndarray,
+        groups: Sequence[int] | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Among the rows of one request with the same job and configuration, a larger local
-        batch is not predicted faster than a smaller one on the same GPU type, and a GPU at
-        least as fast (datasheet FP32 peak and memory bandwidth both no lower) is not predicted
-        slower at the same batch. Rows whose configuration and batch were measured keep their
-        prediction: the measurement may say otherwise. `per_node` is each row's GPUs per
-        node. Returns (p50, changed)."""
-        unchanged = mid, np.zeros(len(rows), dtype=bool)
+        """Among the rows of one request (of one of `groups`) with the same job and
+        configuration, a larger local batch is not predicted faster than a smaller one on the
+        same GPU type, and a GPU at least as fast (datasheet FP32 peak and memory bandwidth
+        both no lower) is not predicted slower at the same batch. Rows whose configuration and
+        batch were measured keep their prediction: the measurement may say otherwise.
+        `per_node` is each row's GPUs per node. Returns (p50, changed)."""
+        unchanged = mid, np.zeros(len(mid), dtype=bool)
         columns = [rows["job"], rows["num_gpus"], rows["num_nodes"], per_node]
-        if len(rows) <= FEW_ROWS:  # a few rows: tell whether two share one without pandas
+        if groups is not None:
+            columns.append(np.asarray(groups))
+        if len(mid) <= FEW_ROWS:  # a few rows: tell whether two share one without pandas
             configs = list(zip(*(np.asarray(c).tolist() for c in columns), strict=True))
             if len(set(configs)) == len(configs):
                 return unchanged
         group, first = distinct_groups(columns)
-        if len(first) == len(rows):  # no two rows share a configuration: nothing to compare
+        if len(first) == len(mid):  # no two rows share a configuration: nothing to compare
             return unchanged
-        gpu, gpu_names = pd.factorize(rows["gpu_type"])
-        bsz = rows["local_batch_size"].to_numpy(dtype=float)
+        gpu_types = rows["gpu_type"]  # a Series stays one (its strings hashed as stored)
+        if not isinstance(gpu_types, pd.Series):
+            gpu_types = np.asarray(gpu_types, dtype=object)
+        gpu, gpu_names = pd.factorize(gpu_types)
+        bsz = np.asarray(rows["local_batch_size"], dtype=float)
         free = ~measured
         guarded = mid.copy()
         # batch: the running maximum over increasing batch within (configuration, GPU type)
@@ -302,6 +361,13 @@ def _quantiles(
         X = X.frame()
     X = X[mask]
     return model.predict_quantiles(X if linked else _unlinked(X))
+
+
+def _numbers(rows: pd.DataFrame, column: str) -> np.ndarray | None:
+    """A row-supplied number column, anything not a number NaN (None when absent)."""
+    if column not in rows.columns:
+        return None
+    return pd.to_numeric(rows[column], errors="coerce").to_numpy(dtype=float)
 
 
 def _ring_link(rows: pd.DataFrame, links: pd.DataFrame | None = None) -> np.ndarray:

@@ -1,14 +1,17 @@
 """The few rows of one request (a service call, a scheduler's question) through plain Python
-and numpy: the same features and flags as `ScalingFeatures.transform` and
-`ScalingPredictor._flags`, without their per-column pandas work (factorize, map, isin, frame
-assembly), which on a handful of rows costs several times what the trees do. Each row's
+and numpy: the same features, flags and answer as `ScalingFeatures.transform` and
+`ScalingPredictor._flags` on their frame, without per-column pandas work (factorize, map,
+isin, frame assembly), which on a handful of rows costs several times what the trees do. The
+rows come as a `Table`: column name -> the rows' values, from the contract's checked records
+(`datasets.contract.few_row_columns`) or from a checked frame (`frame_table`). Each row's
 lookups call the same fitted tables and the arithmetic is `features.scaling.design_columns`;
 the gbm models read the columns as the float matrix they would make of the frame. So the
-answers are identical (tests/test_scaling_fast_path.py compares the two paths)."""
+answers are identical (tests/test_scaling_fast_path.py compares the paths)."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -44,6 +47,13 @@ if TYPE_CHECKING:
 # for many rows, which the general path looks up once each.
 FEW_ROWS = 32
 
+Table = Mapping[str, Sequence]  # column name -> the values of a few rows
+
+
+def frame_table(rows: pd.DataFrame) -> dict[str, list]:
+    """A checked frame's columns as a Table."""
+    return {str(name): rows[name].tolist() for name in rows.columns}
+
 
 def _text(value: object) -> str:
     """A cluster name as `interconnect_frame` reads it: missing is ''."""
@@ -52,11 +62,24 @@ def _text(value: object) -> str:
     return str(value)
 
 
-def _own(rows: pd.DataFrame, column: str) -> np.ndarray | None:
-    """A row-supplied number column as the general path coerces it (None when absent)."""
-    if column not in rows.columns:
+def own_numbers(table: Table, column: str) -> np.ndarray | None:
+    """A row-supplied number column as the general path coerces it (`pd.to_numeric`, anything
+    else NaN), None when absent."""
+    values = table.get(column)
+    if values is None:
         return None
-    return pd.to_numeric(rows[column], errors="coerce").to_numpy(dtype=float)
+    if all(v is None or type(v) is float or type(v) is int for v in values):
+        return np.array([np.nan if v is None else v for v in values], dtype=float)
+    return pd.to_numeric(pd.Series(values, dtype=object), errors="coerce").to_numpy(dtype=float)
+
+
+def _amp(values: Sequence) -> np.ndarray:
+    """`amp` as the general path reads it: 1.0, 0.0, NaN where missing."""
+    return np.array([np.nan if _missing(v) else float(bool(v)) for v in values], dtype=float)
+
+
+def _missing(value: object) -> bool:
+    return value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value))
 
 
 def gpus_per_node(gpus: list[int], nodes: list[int], placements: list | None) -> list[int]:
@@ -68,16 +91,16 @@ def gpus_per_node(gpus: list[int], nodes: list[int], placements: list | None) ->
     return out
 
 
-def row_links(rows: pd.DataFrame) -> np.ndarray:
+def row_links(table: Table) -> np.ndarray:
     """(intra_node_bw_gbps, inter_node_bw_gbps) per row, as `interconnect_frame` finds them."""
-    gpu_types = rows["gpu_type"].tolist()
-    clusters = rows["cluster"].tolist() if "cluster" in rows.columns else [""] * len(rows)
+    gpu_types = table["gpu_type"]
+    clusters = table.get("cluster") or [""] * len(gpu_types)
     links = np.array(
         [interconnect_of(str(g), _text(c)) for g, c in zip(gpu_types, clusters, strict=True)],
         dtype=float,
     ).reshape(-1, 2)
     for k, column in enumerate(INTERCONNECT_COLUMNS):
-        own = _own(rows, column)
+        own = own_numbers(table, column)
         if own is not None:
             links[:, k] = np.where(own > 0, own, links[:, k])
     return links
@@ -91,13 +114,14 @@ class FewRowFeatures:
     columns: dict[str, np.ndarray]
     jobs: list
     categories: pd.Index
-    index: pd.Index
+    index: pd.Index | None = None  # the frame's (a RangeIndex when None)
 
     def column(self, name: str) -> np.ndarray:
         return self.columns[name]
 
     def frame(self) -> pd.DataFrame:
-        return design_frame(self.columns, self.jobs, self.categories, self.index)
+        index = pd.RangeIndex(len(self.jobs)) if self.index is None else self.index
+        return design_frame(self.columns, self.jobs, self.categories, index)
 
     def matrix(self, gbm: QuantileGBM, mask: np.ndarray) -> np.ndarray:
         """The rows `mask` as `gbm` takes them (`QuantileGBM.columns_matrix`)."""
@@ -108,24 +132,21 @@ class FewRowFeatures:
 
 
 def few_row_design(
-    features: ScalingFeatures, rows: pd.DataFrame
+    features: ScalingFeatures, table: Table
 ) -> tuple[FewRowFeatures, np.ndarray, np.ndarray]:
-    """(X, log_base) as `features.transform(rows)` gives them (X as columns), and whether each
-    row has no link facts at all (as `interconnect_frame` finds them)."""
-    jobs = rows["job"].tolist()
-    gpu_types = rows["gpu_type"].tolist()
-    gpus = rows["num_gpus"].tolist()
-    nodes = rows["num_nodes"].tolist()
-    bszs = rows["local_batch_size"].to_numpy()
-    placements = rows["placement"].tolist() if "placement" in rows.columns else None
-    per_node = gpus_per_node(gpus, nodes, placements)
-    links = row_links(rows)
-    num_nodes = rows["num_nodes"].to_numpy()
+    """(X, log_base) as `features.transform` gives them for the rows' frame (X as columns),
+    and whether each row has no link facts at all (as `interconnect_frame` finds them)."""
+    jobs, gpu_types = list(table["job"]), list(table["gpu_type"])
+    gpus, nodes = list(table["num_gpus"]), list(table["num_nodes"])
+    bszs = np.asarray(table["local_batch_size"])
+    per_node = gpus_per_node(gpus, nodes, table.get("placement"))
+    links = row_links(table)
+    num_nodes = np.asarray(nodes)
     num_gpus = np.asarray(gpus, dtype=float)
     seconds_per_byte = ring_time_per_byte(links[:, 0], links[:, 1], num_nodes, num_gpus)
 
     params = np.array([MODEL_PARAMS_M.get(job, np.nan) for job in jobs], dtype=float)
-    own_params = _own(rows, "params_m")
+    own_params = own_numbers(table, "params_m")
     if own_params is not None:
         params = np.where(own_params > 0, own_params, params)
     nominal = params * 1e6 * BYTES_PER_PARAM
@@ -144,18 +165,14 @@ def few_row_design(
     found_arr = np.array(found, dtype=float).reshape(-1, 3)
 
     specs = {}
-    table = [DEVICES.get(canonical_device(str(g))) for g in gpu_types]
+    devices = [DEVICES.get(canonical_device(str(g))) for g in gpu_types]
     for column in SPEC_COLUMNS:
-        values = np.array([getattr(s, column) if s else np.nan for s in table], dtype=float)
-        own = _own(rows, column)
+        values = np.array([getattr(s, column) if s else np.nan for s in devices], dtype=float)
+        own = own_numbers(table, column)
         specs[column] = values if own is None else np.where(np.isnan(own), values, own)
 
-    amp = (
-        rows["amp"].astype("Float64").to_numpy(dtype=float, na_value=np.nan)
-        if "amp" in rows
-        else None
-    )
-    optional = {c: rows[c].to_numpy(dtype=float) if c in rows else None for c in OPTIONAL_NUMBERS}
+    amp = _amp(table["amp"]) if "amp" in table else None
+    optional = {c: own_numbers(table, c) for c in OPTIONAL_NUMBERS}
     inputs = DesignInputs(
         num_gpus=num_gpus,
         num_nodes=np.asarray(nodes, dtype=float),
@@ -172,20 +189,18 @@ def few_row_design(
     )
     columns, log_base = design_columns(inputs)
     known = set(features.jobs_)
-    X = FewRowFeatures(
-        columns, [job if job in known else None for job in jobs], features.jobs_, rows.index
-    )
+    X = FewRowFeatures(columns, [job if job in known else None for job in jobs], features.jobs_)
     return X, log_base, np.isnan(links).all(axis=1)
 
 
 def few_row_flags(
-    predictor: ScalingPredictor, rows: pd.DataFrame, X: FewRowFeatures, no_links: np.ndarray
+    predictor: ScalingPredictor, table: Table, X: FewRowFeatures, no_links: np.ndarray
 ) -> dict[str, np.ndarray]:
     """`ScalingPredictor._flags` row by row."""
     features = predictor.features_
-    jobs, gpu_types = rows["job"].tolist(), rows["gpu_type"].tolist()
-    gpus, nodes = rows["num_gpus"].tolist(), rows["num_nodes"].tolist()
-    bszs = rows["local_batch_size"].tolist()
+    jobs, gpu_types = list(table["job"]), list(table["gpu_type"])
+    gpus, nodes = list(table["num_gpus"]), list(table["num_nodes"])
+    bszs = list(table["local_batch_size"])
     per_node = X.column("gpus_per_node").astype("int64").tolist()
     keys = list(zip(jobs, gpus, nodes, per_node, gpu_types, bszs, strict=True))
     measured = np.array([key in predictor.measured_ for key in keys], dtype=bool)
@@ -202,8 +217,10 @@ def few_row_flags(
     charted = [(job, gpu) in features.scaled_ for job, gpu in zip(jobs, gpu_types, strict=True)]
     uncharted = multi & ~np.array(charted, dtype=bool)
     known_jobs = set(features.jobs_)
-    links = row_links(rows)
-    link = ring_link_gbps(links[:, 0], links[:, 1], rows["num_nodes"].to_numpy())
+    links = row_links(table)
+    num_nodes = np.asarray(nodes)
+    link = ring_link_gbps(links[:, 0], links[:, 1], num_nodes)
+    stated = [own_numbers(table, column) for column in INTERCONNECT_COLUMNS]
     return {
         "measured": measured,
         "uncharted": uncharted,
@@ -213,5 +230,5 @@ def few_row_flags(
         "extrapolated_gpus": np.array(gpus) > np.asarray(max_gpus, dtype=float),
         "extrapolated_batch": (bsz < ranges[:, 0]) | (bsz > ranges[:, 1]),
         "no_interconnect_facts": multi & no_links & uncharted,
-        "slower_links": multi & uncharted & predictor.slower_links(link, rows),
+        "slower_links": multi & uncharted & predictor.slower_links(link, num_nodes > 1, stated),
     }

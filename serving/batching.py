@@ -1,24 +1,24 @@
 """Micro-batching: concurrent prediction requests of a task are answered by one predict call.
 
-A predictor call costs several milliseconds whatever the number of rows (contract checks,
-features, three LightGBM models), so under load one call per request saturates the CPU. While
-a call runs, new requests of the same task (and the same columns) queue; the next call takes
-them all (up to `max_rows`). A lone request is never delayed: it runs at once. Requests whose
-client has gone are dropped from the queue before their call. Rows reach the batch with their
-JSON types already checked (the typed rows of `serving/rows.py`); when a combined call
-still fails on a row, that row's request alone gets the error and the others are answered by
-one more call, so a few bad requests never turn a batch into one call per request. Only
-tasks whose rows are predicted independently of each other are batched (the test suite checks
-that batched and single answers are equal).
+A predictor call has a cost whatever the number of rows (contract checks, features, three
+LightGBM models), so under load one call per request saturates the CPU. While a call runs, new
+requests of the same task (and the same columns) queue; the next call takes them all (up to
+`max_rows`), each request one group of `TaskPredictor.predict_columns`, which answers each
+group as a call of its own would (the test suite checks that batched and single answers are
+equal). A lone request is never delayed: it runs at once. Requests whose client has gone are
+dropped from the queue before their call. Rows reach the batch with their JSON types already
+checked (the typed rows of `serving/rows.py`); when a combined call still fails on a row, that
+row's request alone gets the error and the others are answered by one more call, so a few bad
+requests never turn a batch into one call per request.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
-import pandas as pd
+import numpy as np
 from starlette.concurrency import run_in_threadpool
 
 from perfcast.errors import ContractError
@@ -26,11 +26,17 @@ from perfcast.serving.models import ServedModels
 from perfcast.serving.settings import MAX_ROWS
 
 BATCHED_TASKS = ("scaling", "interference")
+# Up to this many rows a call runs on the event loop: a few rows' prediction (~1 ms) costs
+# less than the hop to a worker thread and back, and both hold the one GIL anyway.
+INLINE_ROWS = 32
+
+Rows = list[Mapping[str, object]]  # a request's rows, as parsed JSON objects
+Columns = dict[str, np.ndarray]  # an answer: column name -> one value per prediction
 
 
 @dataclass
 class _Item:
-    rows: pd.DataFrame
+    rows: Rows
     future: asyncio.Future
     gone: Callable[[], Awaitable[bool]] | None
 
@@ -51,14 +57,14 @@ class PredictionBatcher:
     async def predict(
         self,
         task: str,
-        rows: pd.DataFrame,
+        rows: Rows,
         gone: Callable[[], Awaitable[bool]] | None = None,
-    ) -> pd.DataFrame:
+    ) -> Columns:
         """Predictions for `rows`; `gone()` answers whether the client has left."""
         if task not in self.tasks:
             self.calls += 1
-            return await run_in_threadpool(self.models.predict, task, rows)
-        key = (task, tuple(rows.columns))
+            return await run_in_threadpool(self.models.predict_columns, task, rows)
+        key = (task, frozenset().union(*rows))
         future = asyncio.get_running_loop().create_future()
         self._pending.setdefault(key, []).append(_Item(rows, future, gone))
         if key not in self._draining:
@@ -95,7 +101,12 @@ class PredictionBatcher:
         while batch:
             try:
                 self.calls += 1
-                out = await run_in_threadpool(self._predict_all, task, [i.rows for i in batch])
+                requests = [i.rows for i in batch]
+                if sum(map(len, requests)) <= INLINE_ROWS:
+                    out = self._predict_all(task, requests)
+                    await asyncio.sleep(0)  # let the loop read what arrived meanwhile
+                else:
+                    out = await run_in_threadpool(self._predict_all, task, requests)
             except Exception as err:
                 culprit = _owner(batch, err)
                 if culprit is None:  # no row named: each request alone finds its own error
@@ -112,14 +123,17 @@ class PredictionBatcher:
                 _settle(item.future, result=part)
             return
 
-    def _predict_all(self, task: str, frames: list[pd.DataFrame]) -> list[pd.DataFrame]:
-        if len(frames) == 1:
-            return [self.models.predict(task, frames[0])]
-        out = self.models.predict(task, pd.concat(frames, ignore_index=True))
+    def _predict_all(self, task: str, requests: list[Rows]) -> list[Columns]:
+        if len(requests) == 1:
+            return [self.models.predict_columns(task, requests[0])]
+        rows = [row for request in requests for row in request]
+        groups = [i for i, request in enumerate(requests) for _ in request]
+        out = self.models.predict_columns(task, rows, groups)
         parts, start = [], 0
-        for frame in frames:
-            parts.append(out.iloc[start : start + len(frame)].reset_index(drop=True))
-            start += len(frame)
+        for request in requests:
+            stop = start + len(request)
+            parts.append({name: column[start:stop] for name, column in out.items()})
+            start = stop
         return parts
 
 
@@ -146,7 +160,7 @@ def _shifted(err: Exception, batch: list[_Item], culprit: int) -> Exception:
 
 
 def _settle(
-    future: asyncio.Future, result: pd.DataFrame | None = None, error: Exception | None = None
+    future: asyncio.Future, result: Columns | None = None, error: Exception | None = None
 ) -> None:
     if future.done():  # the client went away
         return

@@ -4,8 +4,9 @@ optimizer: the in-process backend, restricted to loaded models and counted in th
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 
+import numpy as np
 import pandas as pd
 
 from perfcast.predictor.backend import Task
@@ -82,7 +83,22 @@ class ServedModels:
     def predict(self, task: Task, rows: pd.DataFrame) -> pd.DataFrame:
         champion = self.champion(task)
         out = champion.predictor.predict_interval(rows)
+        self._count(task, champion, len(out))
+        return out
+
+    def predict_columns(
+        self,
+        task: Task,
+        records: Sequence[Mapping[str, object]],
+        groups: Sequence[int] | None = None,
+    ) -> dict[str, np.ndarray]:
+        """The champion's `predict_columns` (the HTTP routes' path: rows as parsed JSON)."""
+        champion = self.champion(task)
+        out = champion.predictor.predict_columns(records, groups)
+        self._count(task, champion, len(next(iter(out.values()))))
+        return out
+
+    def _count(self, task: str, champion, predictions: int) -> None:
         if self.metrics is not None:
             label = f"{champion.family}:v{champion.version}"
-            self.metrics.predictions.labels(task, label).inc(len(out))
-        return out
+            self.metrics.predictions.labels(task, label).inc(predictions)

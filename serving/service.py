@@ -4,8 +4,9 @@ model out. The HTTP routes and `perfcast recommend|allocate|place` both call the
 from __future__ import annotations
 
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 
+import numpy as np
 import pandas as pd
 from fastapi import Response
 from pydantic_core import to_json
@@ -13,7 +14,7 @@ from starlette.concurrency import run_in_threadpool
 
 from perfcast.errors import PerfcastError
 from perfcast.optimizer import configs, elastic, placement
-from perfcast.predictor.backend import PER_SAMPLE_TASKS, TASK_TABLES, PredictionBackend
+from perfcast.predictor.backend import TASK_TABLES, PredictionBackend
 from perfcast.serving import limits, schemas
 from perfcast.serving.batching import PredictionBatcher
 from perfcast.serving.models import ServedModels
@@ -25,11 +26,14 @@ def model_ref(models: ServedModels, task: str) -> schemas.ModelRef:
     return schemas.ModelRef(task=task, family=c.family, version=c.version, run_id=c.run_id)
 
 
-def prediction_records(frame: pd.DataFrame) -> list[dict[str, object]]:
-    """Records for JSON, column by column (a tenth of the time of pandas' row-wise paths):
-    NaN and infinities become null (JSON has no NaN), `flags` a list."""
+def prediction_records(
+    answer: pd.DataFrame | Mapping[str, np.ndarray],
+) -> list[dict[str, object]]:
+    """Records for JSON from an answer's columns (a frame's or `predict_columns`'), column by
+    column (a tenth of the time of pandas' row-wise paths): NaN and infinities become null
+    (JSON has no NaN), `flags` a list."""
     columns = {}
-    for name, series in frame.items():
+    for name, series in answer.items():
         values = series.tolist()
         if series.dtype.kind == "f":
             values = [v if math.isfinite(v) else None for v in values]
@@ -47,7 +51,7 @@ def split_flags(value: object) -> list[str]:
     return [t for t in value.split(",") if t] if isinstance(value, str) else []
 
 
-SMALL = 64  # rows: cheaper to convert on the event loop than to hop to a worker thread
+SMALL = 64  # rows: cheaper to serialize on the event loop than to hop to a worker thread
 
 
 async def predict(
@@ -65,14 +69,7 @@ async def predict(
     ref = model_ref(models, task)  # 503 before any work when there is no model
     limits.check_predict(rows, settings or Settings())
     small = len(rows) <= SMALL
-    frame = (
-        pd.DataFrame.from_records(rows)
-        if small
-        else await run_in_threadpool(pd.DataFrame.from_records, rows)
-    )
-    out = await batcher.predict(task, frame, gone)
-    if task in PER_SAMPLE_TASKS:
-        out = out.reset_index()  # one prediction per sample_id: say which
+    out = await batcher.predict(task, rows, gone)  # a per-sample task's sample_id first
     answer = {"task": task, "model": ref.model_dump(), "targets": list(TASK_TABLES[task][1])}
     if small:
         body = to_json({**answer, "predictions": prediction_records(out)})

@@ -72,3 +72,51 @@ def test_the_few_row_path_answers_what_the_general_path_does(model, training_row
     fast = model.predict_interval(rows)
     general = model._predict_interval(model._check_rows(rows), fast=False)
     pd.testing.assert_frame_equal(fast, general, check_exact=True)
+
+
+def _records(rows: pd.DataFrame, data) -> list[dict]:
+    """The rows as a JSON client sends them: Python values, a missing value left out or null."""
+    records = []
+    for row in rows.to_dict("records"):
+        plain = {k: v.item() if hasattr(v, "item") else v for k, v in row.items()}
+        missing = [k for k, v in plain.items() if v is None or v != v]
+        drop = data.draw(st.lists(st.sampled_from(missing), unique=True)) if missing else []
+        records.append({k: v for k, v in plain.items() if k not in drop})
+    return records
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(data=st.data())
+def test_records_are_answered_as_their_checked_frame(model, training_rows, data) -> None:
+    """`predict_columns` on records (the service's path: no frame for a few plain rows)
+    answers what the frame path answers for the same rows."""
+    records = _records(data.draw(request_rows(training_rows)), data)
+    frame = pd.DataFrame.from_records(records)
+    want = model._predict_interval(model._check_rows(frame), fast=False)
+    got = pd.DataFrame(model.predict_columns(records))
+    pd.testing.assert_frame_equal(got, want.reset_index(drop=True), check_exact=True)
+
+
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(data=st.data())
+def test_groups_of_one_call_are_answered_as_separate_calls(model, training_rows, data) -> None:
+    """A micro-batch of requests in one call: the monotonic guard compares rows of one request
+    only, so each request gets what it would get alone, on the few-row path and beyond it."""
+    requests = [
+        _records(data.draw(request_rows(training_rows)), data)
+        for _ in range(data.draw(st.integers(2, 5)))
+    ]
+    if data.draw(st.booleans()):  # beyond the few-row path: the general one
+        requests.append(requests[0] * 8)
+    rows = [row for request in requests for row in request]
+    groups = [i for i, request in enumerate(requests) for _ in request]
+    together = pd.DataFrame(model.predict_columns(rows, groups))
+    alone = pd.concat(
+        [pd.DataFrame(model.predict_columns(request)) for request in requests],
+        ignore_index=True,
+    )
+    pd.testing.assert_frame_equal(together, alone, check_exact=True)

@@ -22,7 +22,7 @@ from perfcast.datasets import io
 from perfcast.datasets.fetch import shared_data_available
 from perfcast.errors import ContractError
 from perfcast.serving.app import MAX_ERRORS, create_app
-from perfcast.serving.batching import PredictionBatcher
+from perfcast.serving.batching import INLINE_ROWS, PredictionBatcher
 from perfcast.serving.models import ServedModels
 from perfcast.serving.settings import Settings
 from perfcast.training import model_store, trainer
@@ -256,10 +256,10 @@ class _Gated(ServedModels):
         self.__dict__.update(inner.__dict__)
         self.gate, self.entered = threading.Event(), threading.Event()
 
-    def predict(self, task, rows):
+    def predict_columns(self, task, rows, groups=None):
         self.entered.set()
         self.gate.wait(30)
-        return super().predict(task, rows)
+        return super().predict_columns(task, rows, groups)
 
 
 def test_a_full_service_answers_503_with_retry_after_and_health_still_answers(models) -> None:
@@ -269,7 +269,9 @@ def test_a_full_service_answers_503_with_retry_after_and_health_still_answers(mo
     async def scenario() -> tuple[list[int], httpx.Response, httpx.Response]:
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
-            held = [asyncio.create_task(client.post(PREDICT, json={"rows": [ROW]}))
+            # requests of more rows than run on the event loop: their calls wait in a thread
+            rows = [ROW] * (INLINE_ROWS + 1)
+            held = [asyncio.create_task(client.post(PREDICT, json={"rows": rows}))
                     for _ in range(2)]  # fmt: skip
             while not gated.entered.is_set():
                 await asyncio.sleep(0.01)
@@ -293,7 +295,7 @@ def test_rows_of_a_client_that_left_are_dropped_before_the_predictor(models) -> 
 
     async def scenario() -> None:
         with pytest.raises(asyncio.CancelledError):
-            await batcher.predict("scaling", pd.DataFrame([ROW]), gone)
+            await batcher.predict("scaling", [ROW], gone)
 
     asyncio.run(scenario())
     assert batcher.dropped == 1 and batcher.calls == 0
