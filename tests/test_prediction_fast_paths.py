@@ -274,3 +274,52 @@ def test_placement_digits_are_totalled_as_text_counts_them(texts: list[str]) -> 
     total, used = contract._digit_totals(texts)
     assert total.tolist() == [sum(d * t.count(str(d)) for d in range(1, 10)) for t in texts]
     assert used.tolist() == [len(t) - t.count("0") for t in texts]
+
+
+# Values a JSON client may send for each scaling column: good ones (`_GOOD` of each) and every
+# kind of bad one (wrong type, out of range, a bool for a number, a float for an integer, not
+# lower case, non-ASCII, missing).
+_SCALING_VALUES = {
+    "job": ["resnet50", "bert", "", 7, None, "İ"],
+    "gpu_type": ["v100", "t4", "V100", "", None, 1.5, "ı"],
+    "num_nodes": [2, 1, 0, 1.5, True, None, "1", 2**70],
+    "num_gpus": [4, 2, 8, 4.0, -1, False, None],
+    "placement": ["22", None, "4", "13", "40", "x", "", 4],
+    "local_batch_size": [64, 1, 0, 2.5, None, "64"],
+    "amp": [True, None, False, "true", 1],
+    "cluster": ["muri", None, 3],
+    "intra_node_bw_gbps": [150.0, 150, 0, -1.0, math.inf, math.nan, None, True, "x"],
+}
+_GOOD = {name: values[:2] for name, values in _SCALING_VALUES.items()}
+_REQUIRED = ("job", "gpu_type", "num_nodes", "num_gpus", "local_batch_size")
+
+
+@settings(max_examples=120, deadline=None)
+@given(data=st.data())
+def test_records_pass_the_few_row_check_only_as_their_frame_passes_validate(data) -> None:
+    """`few_row_columns` takes records only where `validate` takes their frame, with the same
+    values; wherever it cannot tell or a rule breaks it answers None (then validate words the
+    error)."""
+    records = []
+    good = data.draw(st.booleans())  # often records of good values only: some are taken
+    for _ in range(data.draw(st.integers(1, 4))):
+        record = {}
+        for name, values in (_GOOD if good else _SCALING_VALUES).items():
+            if not (good and name in _REQUIRED) and data.draw(st.integers(0, 4)) == 0:
+                continue  # a column left out of this record
+            record[name] = data.draw(st.sampled_from(values))
+        records.append(record)
+    columns = contract.few_row_columns(records, "scaling", exclude=("step_time_s",))
+    probe = pd.DataFrame.from_records(records).assign(step_time_s=1.0)
+    try:
+        clean = validate(probe, "scaling")
+    except ContractError:
+        assert columns is None
+        return
+    if columns is None:
+        return  # the frame path decides: allowed, only slower
+    for name in SCHEMAS["scaling"].columns:
+        if name in columns:
+            want = [None if pd.isna(v) else v for v in clean[name].tolist()]
+            got = [None if v is None or v != v else v for v in columns[name]]
+            assert got == want, name
