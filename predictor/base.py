@@ -42,8 +42,9 @@ FLAGS: dict[str, str] = {
     "one-GPU time (perfect scaling) with a wide interval",
     "slower_links": "links assumed from the interconnect table (not stated on the row) and "
     "slower than those of every multi-GPU training row on one node (or across nodes, as this "
-    "row): the communication model is not extrapolated there, the step "
-    "time is the one-GPU time (perfect scaling) with a wide interval",
+    "row): the communication model is not extrapolated there, the step time is predicted at "
+    "the slowest links it was checked on (a lower bound), never below the one-GPU time, with a "
+    "wide interval",
     "monotonic_guard": "raised to the step time predicted for a slower GPU or a smaller batch "
     "of the same job and configuration",
     # interference

@@ -31,6 +31,8 @@ from perfcast.predictor.scaling_fast import (
     few_row_design,
     few_row_flags,
     frame_table,
+    gpus_per_node,
+    row_links,
 )
 
 # p90/p50 and p50/p10 at least this on rows of a job or GPU type never seen: nothing measured
@@ -162,12 +164,41 @@ class ScalingPredictor(TaskPredictor):
         return pd.DataFrame(answer, index=rows.index)
 
     def _few(self, table: Table) -> tuple[Table, FewRowFeatures, np.ndarray, dict]:
-        X, log_base, no_links = few_row_design(self.features_, table)
-        return table, X, log_base, few_row_flags(self, table, X, no_links)
+        gpus, nodes = list(table["num_gpus"]), list(table["num_nodes"])
+        per_node = gpus_per_node(gpus, nodes, table.get("placement"))
+        flags = few_row_flags(self, table, per_node, row_links(table))
+        if flags["slower_links"].any():
+            slowest = self._slowest_links(np.asarray(nodes) > 1, flags)
+            table = dict(table)
+            for column, values in slowest.items():
+                own = table.get(column) or [None] * len(values)
+                pairs = zip(own, values.tolist(), strict=True)
+                table[column] = [o if np.isnan(v) else v for o, v in pairs]
+        X, log_base, _ = few_row_design(self.features_, table)
+        return table, X, log_base, flags
 
     def _general(self, rows: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, np.ndarray, dict]:
+        flags = self._flags(rows, gpus_per_node_of(rows).to_numpy(dtype="int64"))
+        if flags["slower_links"].any():
+            slowest = self._slowest_links((rows["num_nodes"] > 1).to_numpy(), flags)
+            rows = rows.copy()
+            for column, values in slowest.items():
+                own = _numbers(rows, column)
+                rows[column] = values if own is None else np.where(np.isnan(values), own, values)
         X, log_base = self.features_.transform(rows)
-        return rows, X, log_base, self._flags(rows, X)
+        return rows, X, log_base, flags
+
+    def _slowest_links(self, spread: np.ndarray, flags: dict) -> dict[str, np.ndarray]:
+        """For the rows flagged `slower_links`, the slowest link of their spread the training
+        rows crossed, as the link they state (the network across nodes, the intra-node link on
+        one node); NaN elsewhere. Synchronization only grows as links slow down, so the step
+        predicted there is a lower bound the communication model was checked on, between
+        perfect scaling and its extrapolation to the slower links."""
+        slow = flags["slower_links"]
+        return {
+            column: np.where(slow & (spread == across), self.slowest_link_gbps_[across], np.nan)
+            for column, across in zip(INTERCONNECT_COLUMNS, (False, True), strict=True)
+        }
 
     def _answer(
         self,
@@ -198,16 +229,19 @@ class ScalingPredictor(TaskPredictor):
         if (~has_base).any():
             out[:, ~has_base] = np.vstack(_quantiles(self.direct_model_, X, ~has_base))
         lo, mid, hi = np.exp(out)
-        # no links, or links slower than any the training rows crossed, and no measured
-        # scaling: the one-GPU time (perfect scaling) is the answer never worse than it, with
-        # an interval up to twice it. Synchronization grows without bound as links slow down,
-        # so the communication model is not trusted beyond the slowest links it was checked on
-        # (toward faster links its overhead shrinks toward perfect scaling itself).
+        # no links and no measured scaling: the one-GPU time (perfect scaling) is the answer
+        # never worse than it, with an interval up to twice it. Links slower than any the
+        # training rows crossed were predicted at the slowest ones they did cross (`_few`,
+        # `_general`: the communication model is not extrapolated, toward faster links its
+        # overhead shrinks toward perfect scaling itself), never below the one-GPU time, with
+        # the same wide interval.
         t1 = np.exp(_column(X, "log_t1"))
-        fallback = (flags["no_interconnect_facts"] | flags["slower_links"]) & np.isfinite(t1)
-        mid = np.where(fallback, t1, mid)
-        lo = np.where(fallback, np.fmin(lo, t1 / UNSEEN_SPREAD**0.5), lo)
-        hi = np.where(fallback, np.fmax(hi, t1 * UNSEEN_SPREAD), hi)
+        fallback = flags["no_interconnect_facts"] & np.isfinite(t1)
+        slower = flags["slower_links"] & np.isfinite(t1)
+        mid = np.where(fallback, t1, np.where(slower, np.fmax(mid, t1), mid))
+        wide = fallback | slower
+        lo = np.where(wide, np.fmin(lo, t1 / UNSEEN_SPREAD**0.5), lo)
+        hi = np.where(wide, np.fmax(hi, t1 * UNSEEN_SPREAD), hi)
         unseen = flags["new_job"] | flags["new_gpu_type"]
         lo = np.where(unseen, np.fmin(lo, mid / UNSEEN_SPREAD), lo)
         hi = np.where(unseen, np.fmax(hi, mid * UNSEEN_SPREAD), hi)
@@ -225,12 +259,12 @@ class ScalingPredictor(TaskPredictor):
         )
         return answer
 
-    def _flags(self, rows: pd.DataFrame, X: pd.DataFrame) -> dict[str, np.ndarray]:
+    def _flags(self, rows: pd.DataFrame, per_node: np.ndarray) -> dict[str, np.ndarray]:
         """One boolean array per FLAGS token of the scaling task, and two for this class:
         `measured` (the row's configuration and batch are in the training rows) and
         `uncharted` (`ScalingFeatures.uncharted`). Each distinct key is looked up
         once: a batch of 10^5 candidates has few distinct jobs and GPU types."""
-        keyed = rows.assign(gpus_per_node=X["gpus_per_node"].to_numpy(dtype="int64"))
+        keyed = rows.assign(gpus_per_node=per_node)
         measured = _member(keyed, [*_CONFIG, "gpu_type", "local_batch_size"], self.measured_)
         num_gpus = rows["num_gpus"].to_numpy()
         multi = num_gpus > 1

@@ -194,14 +194,14 @@ def few_row_design(
 
 
 def few_row_flags(
-    predictor: ScalingPredictor, table: Table, X: FewRowFeatures, no_links: np.ndarray
+    predictor: ScalingPredictor, table: Table, per_node: list[int], links: np.ndarray
 ) -> dict[str, np.ndarray]:
-    """`ScalingPredictor._flags` row by row."""
+    """`ScalingPredictor._flags` row by row (`per_node`: `gpus_per_node`, `links`:
+    `row_links` of the rows)."""
     features = predictor.features_
     jobs, gpu_types = list(table["job"]), list(table["gpu_type"])
     gpus, nodes = list(table["num_gpus"]), list(table["num_nodes"])
     bszs = list(table["local_batch_size"])
-    per_node = X.column("gpus_per_node").astype("int64").tolist()
     keys = list(zip(jobs, gpus, nodes, per_node, gpu_types, bszs, strict=True))
     measured = np.array([key in predictor.measured_ for key in keys], dtype=bool)
     multi = np.array(gpus) > 1
@@ -217,7 +217,7 @@ def few_row_flags(
     charted = [(job, gpu) in features.scaled_ for job, gpu in zip(jobs, gpu_types, strict=True)]
     uncharted = multi & ~np.array(charted, dtype=bool)
     known_jobs = set(features.jobs_)
-    links = row_links(table)
+    no_links = np.isnan(links).all(axis=1)
     num_nodes = np.asarray(nodes)
     link = ring_link_gbps(links[:, 0], links[:, 1], num_nodes)
     stated = [own_numbers(table, column) for column in INTERCONNECT_COLUMNS]
