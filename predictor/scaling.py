@@ -141,14 +141,13 @@ class ScalingPredictor(TaskPredictor):
         path straight from them, with no frame at all (a single-row request's whole answer);
         any other records are checked and predicted as a frame. The monotonic guard compares
         rows of one group only, so several requests are answered in one call as each alone."""
+        if not hasattr(self, "fitted_"):
+            return super().predict_columns(records)  # refused there, as predict_interval does
         table = None
-        if hasattr(self, "fitted_") and len(records) <= FEW_ROWS:
+        if len(records) <= FEW_ROWS:
             table = few_row_columns(records, self.kind, exclude=self.targets)
         if table is None:
-            rows = pd.DataFrame.from_records(list(records))
-            if not hasattr(self, "fitted_"):
-                return super().predict_columns(records)  # refused there, as predict_interval does
-            rows = self._check_rows(rows)
+            rows = self._check_rows(pd.DataFrame.from_records(list(records)))
             if len(rows) <= FEW_ROWS:
                 return self._answer(*self._few(frame_table(rows)), groups)
             return self._answer(*self._general(rows), groups)
