@@ -11,9 +11,10 @@ from hypothesis import strategies as st
 from perfcast.datasets.fetch import shared_data_available
 from perfcast.scheduler.core import ClusterSpec, ClusterState, JobStatus
 from perfcast.scheduler.core.jobs import JobTable
-from perfcast.scheduler.core.loop import RoundContext
+from perfcast.scheduler.core.decisions import Run
+from perfcast.scheduler.core.loop import Allocation, RoundContext
 from perfcast.scheduler.policies import PolicyOptionError, make_policy
-from perfcast.scheduler.policies.pollux import placement_of
+from perfcast.scheduler.policies.pollux import PackingPlacement, placement_of
 from perfcast.scheduler.sim.costs import Costs
 from perfcast.scheduler.sim.engine import simulate
 from perfcast.scheduler.sim.run import prepare_workload
@@ -95,6 +96,26 @@ def test_only_a_move_to_other_gpus_counts_as_a_restart(workload):
     assert round_with(three, 180.0) == 1  # resized
     assert round_with((), 240.0) == 1  # suspended
     assert round_with(three, 300.0) == 2  # resumed, on the same GPUs or not
+
+
+def test_placement_keeps_jobs_on_the_fewest_nodes(workload):
+    """Goodput is estimated for packed placements: a shrink keeps the job's fullest node, and
+    a job spread over more nodes than it needs moves onto as few as the free GPUs allow."""
+    placement, jobs = PackingPlacement(), JobTable()
+    ctx = RoundContext(0.0, ClusterState(ClusterSpec.parse("3x4:t4")), jobs)
+    a, b = (jobs.add(job) for job in workload.jobs[:2])
+    ctx.commit(Run(a.job_id, ((0, 0), (1, 0), (1, 1), (1, 2)), a.job.batch_size))
+    ctx.commit(Run(b.job_id, ((0, 1), (2, 0)), b.job.batch_size))
+    placement.place(
+        [Allocation(a.job_id, 3, a.batch_size), Allocation(b.job_id, 2, b.batch_size)], ctx
+    )
+    assert set(a.gpus) == {(1, 0), (1, 1), (1, 2)}
+    assert b.num_gpus == 2 and len({node for node, _ in b.gpus}) == 1
+    placement.place(  # a grows onto its own node first, then the fewest others
+        [Allocation(a.job_id, 6, a.batch_size), Allocation(b.job_id, 2, b.batch_size)], ctx
+    )
+    assert a.num_gpus == 6 and len({node for node, _ in a.gpus}) == 2
+    assert {(1, 0), (1, 1), (1, 2)} <= set(a.gpus)
 
 
 def test_a_positive_fairness_power_is_refused():
