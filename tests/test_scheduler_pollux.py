@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from perfcast.datasets.fetch import shared_data_available
 from perfcast.scheduler.core import ClusterSpec, ClusterState, JobStatus
-from perfcast.scheduler.core.jobs import JobTable
 from perfcast.scheduler.core.decisions import Run
+from perfcast.scheduler.core.jobs import JobTable
 from perfcast.scheduler.core.loop import Allocation, RoundContext
 from perfcast.scheduler.policies import PolicyOptionError, make_policy
 from perfcast.scheduler.policies.pollux import PackingPlacement, placement_of
