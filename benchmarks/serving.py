@@ -2,8 +2,13 @@
 
 Measures (docs/BENCHMARKS.md, section `serving`):
 - single-row `POST /v1/predict/scaling` at a fixed arrival rate (default 200 requests/s, open
-  loop) from 32 concurrent httpx clients: p50/p99 latency counted from each request's scheduled
-  send time (so queueing is included), errors, achieved rate;
+  loop) from 32 concurrent clients, each on its own keep-alive HTTP/1.1 connection: p50/p99
+  latency counted from each request's scheduled send time to the end of its full answer (so
+  queueing is included), errors (an answer counts only with its status and its JSON body
+  checked), achieved rate, and the load generator's own CPU per request. The clients are a
+  small asyncio-streams HTTP/1.1 client (`Http11Connection`), not httpx: the load generator
+  shares the server's two cores, and httpx's async client cost several times the server's own
+  CPU per request (`--client httpx` runs the same load with it, for comparison);
 - one request of 10,000 scaling rows;
 - `POST /v1/recommend` over about 10^5 candidate configurations;
 - overload: a burst of 2,000 simultaneous single-row requests, and an open loop at 5x the rate:
@@ -93,13 +98,147 @@ def start_server(home: Path, port: int) -> subprocess.Popen:
     raise SystemExit("the server did not become ready within 180 s")
 
 
+class Http11Connection:
+    """One keep-alive HTTP/1.1 connection of the load generator, over asyncio streams: a
+    request goes out with its Content-Length, and its whole response is read (status line,
+    headers, a Content-Length or chunked body) before the next one. Reconnects when the server
+    closed the connection (`Connection: close`) or it broke. A fraction of httpx's CPU per
+    request, which counts here because the load generator shares the server's cores."""
+
+    def __init__(self, url: str) -> None:
+        address = url.split("://", 1)[1].rstrip("/")
+        host, _, port = address.rpartition(":")
+        self.host, self.port, self.address = host, int(port), address
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def post(self, path: str, body: bytes) -> tuple[int, bytes]:
+        """(status, body) of one POST of a JSON body."""
+        if self.writer is None:
+            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+        head = (f"POST {path} HTTP/1.1\r\nHost: {self.address}\r\n"
+                "Content-Type: application/json\r\nAccept: */*\r\n"
+                f"Content-Length: {len(body)}\r\n\r\n").encode()  # fmt: skip
+        try:
+            self.writer.write(head + body)
+            status, headers, payload = await self._response()
+        except BaseException:
+            self.close()
+            raise
+        if headers.get("connection", "").lower() == "close":
+            self.close()
+        return status, payload
+
+    async def _response(self) -> tuple[int, dict[str, str], bytes]:
+        assert self.reader is not None
+        lines = (await self.reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
+        version, status, _ = (lines[0] + " ").split(" ", 2)
+        if not version.startswith("HTTP/1."):
+            raise ConnectionError(f"not an HTTP/1.x answer: {lines[0][:80]!r}")
+        headers = {}
+        for line in lines[1:]:
+            name, _, value = line.partition(":")
+            headers[name.strip().lower()] = value.strip()
+        if "content-length" in headers:
+            payload = await self.reader.readexactly(int(headers["content-length"]))
+        elif headers.get("transfer-encoding", "").lower() == "chunked":
+            chunks = []
+            while size := int((await self.reader.readuntil(b"\r\n")).split(b";")[0], 16):
+                chunks.append(await self.reader.readexactly(size))
+                await self.reader.readexactly(2)
+            while await self.reader.readuntil(b"\r\n") != b"\r\n":  # trailers
+                pass
+            payload = b"".join(chunks)
+        else:  # the body runs to the end of the connection
+            payload = await self.reader.read()
+            headers["connection"] = "close"
+        return int(status), headers, payload
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+        self.reader = self.writer = None
+
+
+def _checked(status: int, payload: bytes, rows: int) -> int | str:
+    """The answer's status, once its JSON body is parsed: a 200 must hold one prediction per
+    row with its interval, any other status a `detail`; else what was wrong with it."""
+    try:
+        answer = json.loads(payload)
+    except ValueError:
+        return f"HTTP {status} without a JSON body"
+    if status == 200:
+        predictions = answer.get("predictions") if isinstance(answer, dict) else None
+        if not (isinstance(predictions, list) and len(predictions) == rows
+                and all("step_time_s_p90" in p for p in predictions)):  # fmt: skip
+            return "HTTP 200 without its predictions"
+    elif not (isinstance(answer, dict) and "detail" in answer):
+        return f"HTTP {status} without a detail"
+    return status
+
+
+CONNECTION_ERRORS = (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError)
+
+
 async def open_loop(url: str, rate: float, seconds: float, clients: int) -> dict[str, float]:
-    """Requests scheduled at `rate`/s for `seconds`, sent by `clients` concurrent workers;
-    latency counts from each request's scheduled send time."""
+    """Requests scheduled at `rate`/s for `seconds`, sent by `clients` concurrent workers, each
+    on its own keep-alive HTTP/1.1 connection (`Http11Connection`); latency counts from each
+    request's scheduled send time (open loop: a late answer delays no later request's clock),
+    to the end of its full response, whose status and JSON body are checked. Also the load
+    generator's own CPU per request (this process's CPU time over the phase)."""
     count = int(rate * seconds)
     queue: asyncio.Queue[float] = asyncio.Queue()
     answers: list[tuple[int | str, float]] = []
-    body = {"rows": [ROW]}
+    body = json.dumps({"rows": [ROW]}).encode()
+    connections = [Http11Connection(url) for _ in range(clients)]
+
+    async def worker(connection: Http11Connection) -> None:
+        while True:
+            scheduled = await queue.get()
+            delay = scheduled - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            try:
+                status = _checked(*await connection.post("/v1/predict/scaling", body), rows=1)
+            except CONNECTION_ERRORS as error:
+                status = type(error).__name__  # client-side: refused, dropped, malformed
+            answers.append((status, time.perf_counter() - scheduled))
+            queue.task_done()
+
+    cpu = time.process_time()
+    start = time.perf_counter() + 0.2
+    for i in range(count):
+        queue.put_nowait(start + i / rate)
+    workers = [asyncio.create_task(worker(c)) for c in connections]
+    try:
+        await asyncio.wait_for(queue.join(), seconds + 300)
+    finally:
+        elapsed = time.perf_counter() - start
+        cpu = time.process_time() - cpu
+        for w in workers:
+            w.cancel()
+        for c in connections:
+            c.close()
+    ms = np.array([a[1] for a in answers]) * 1000
+    summary = _overload_summary(answers, elapsed)
+    return {
+        **summary,
+        "errors": summary["requests"] - summary["ok"],
+        "p50_ms": float(np.percentile(ms, 50)),
+        "p99_ms": float(np.percentile(ms, 99)),
+        "achieved_rate": count / elapsed,
+        "client_cpu_ms": cpu / count * 1000,
+    }
+
+
+async def open_loop_httpx(url: str, rate: float, seconds: float, clients: int) -> dict:
+    """`open_loop` with httpx's async client instead (`--client httpx`; what this benchmark
+    used before 2026-11-25 evening): the same requests, schedule and checks."""
+    count = int(rate * seconds)
+    queue: asyncio.Queue[float] = asyncio.Queue()
+    answers: list[tuple[int | str, float]] = []
+    body = json.dumps({"rows": [ROW]}).encode()
+    headers = {"content-type": "application/json"}
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
     async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as client:
 
@@ -110,18 +249,21 @@ async def open_loop(url: str, rate: float, seconds: float, clients: int) -> dict
                 if delay > 0:
                     await asyncio.sleep(delay)
                 try:
-                    status = (await client.post("/v1/predict/scaling", json=body)).status_code
+                    r = await client.post("/v1/predict/scaling", content=body, headers=headers)
+                    status = _checked(r.status_code, r.content, rows=1)
                 except httpx.HTTPError as error:
                     status = type(error).__name__  # client-side: refused, dropped, timed out
                 answers.append((status, time.perf_counter() - scheduled))
                 queue.task_done()
 
+        cpu = time.process_time()
         start = time.perf_counter() + 0.2
         for i in range(count):
             queue.put_nowait(start + i / rate)
         workers = [asyncio.create_task(worker()) for _ in range(clients)]
         await queue.join()
         elapsed = time.perf_counter() - start
+        cpu = time.process_time() - cpu
         for w in workers:
             w.cancel()
     ms = np.array([a[1] for a in answers]) * 1000
@@ -132,6 +274,7 @@ async def open_loop(url: str, rate: float, seconds: float, clients: int) -> dict
         "p50_ms": float(np.percentile(ms, 50)),
         "p99_ms": float(np.percentile(ms, 99)),
         "achieved_rate": count / elapsed,
+        "client_cpu_ms": cpu / count * 1000,
     }
 
 
@@ -335,6 +478,12 @@ def main() -> None:
     parser.add_argument("--home", type=Path, default=None, help="PERFCAST_HOME to serve from")
     parser.add_argument("--scaling-data", default="muri-scaling")
     parser.add_argument("--overload-seconds", type=float, default=2.0)
+    parser.add_argument(
+        "--client",
+        choices=("streams", "httpx"),
+        default="streams",
+        help="the load generator's HTTP client (streams: the lean HTTP/1.1 client here)",
+    )
     parser.add_argument("--no-write", action="store_true", help="do not write BENCHMARKS.md")
     args = parser.parse_args()
     load_before = os.getloadavg()[0]
@@ -347,13 +496,14 @@ def main() -> None:
     server = start_server(home, port)
     try:
         alone_ms, _ = timed_post(url, "/v1/predict/scaling", {"rows": [ROW]}, repeats=10)
+        generator = open_loop if args.client == "streams" else open_loop_httpx
         rounds = []
         for _ in range(args.rounds):
-            rounds.append(asyncio.run(open_loop(url, args.rate, args.seconds, args.clients)))
+            rounds.append(asyncio.run(generator(url, args.rate, args.seconds, args.clients)))
             print(rounds[-1], file=sys.stderr)
         load = {
             key: statistics.median(r[key] for r in rounds)
-            for key in ("p50_ms", "p99_ms", "achieved_rate")
+            for key in ("p50_ms", "p99_ms", "achieved_rate", "client_cpu_ms")
         }
         load["errors"] = sum(r["errors"] for r in rounds)
         load["requests"] = sum(r["requests"] for r in rounds)
@@ -366,7 +516,7 @@ def main() -> None:
         idle_mb = rss_mb(server.pid)
         bursts = asyncio.run(burst(url, 2000))
         print("burst", bursts, file=sys.stderr)
-        flood = asyncio.run(open_loop(url, 5 * args.rate, args.overload_seconds, 256))
+        flood = asyncio.run(generator(url, 5 * args.rate, args.overload_seconds, 256))
         print("overload", flood, file=sys.stderr)
         after_overload_mb = rss_mb(server.pid)
         limits = limit_rows(url, server.pid)
@@ -385,6 +535,8 @@ def main() -> None:
          "met" if load["errors"] == 0 else "**missed**"),
         ("achieved rate", f"{load['achieved_rate']:.0f} req/s", f"{args.rate:.0f} req/s",
          verdict(-load["achieved_rate"], -0.95 * args.rate)),
+        ("load generator's CPU per request (its own process; median of rounds)",
+         f"{load['client_cpu_ms']:.2f} ms", "", ""),
         ("batch of 10,000 rows", f"{batch_ms:.0f} ms", "< 200 ms",
          verdict(batch_ms, TARGETS["batch_ms"])),
         (f"recommend, {candidates:,} candidates", f"{recommend_ms:.0f} ms", "< 100 ms",
@@ -430,9 +582,19 @@ def main() -> None:
         f"Server: `perfcast serve --tasks scaling` (uvicorn with uvloop and httptools, one worker, "
         "OMP_WAIT_POLICY=PASSIVE) "
         f"in its own process on 127.0.0.1; load from a second process: {args.clients} concurrent "
-        f"httpx async clients, open loop at {args.rate:.0f} requests/s for {args.seconds:.0f} s, "
+        + (
+            "clients, each on its own keep-alive HTTP/1.1 connection (`Http11Connection`, a small "
+            "asyncio-streams client: it writes the request with its Content-Length and reads the "
+            "whole answer, status line, headers and body, before the next; httpx's async client "
+            "cost several times the server's CPU per request on the same two cores), "
+            if args.client == "streams"
+            else "httpx async clients, "
+        )
+        + f"open loop at {args.rate:.0f} requests/s for {args.seconds:.0f} s, "
         f"{args.rounds} rounds. "
-        "Latency counts from each request's scheduled send time, so queueing is included. "
+        "Latency counts from each request's scheduled send time to the end of its answer, so "
+        "queueing is included; an answer counts as answered only with its status and its JSON "
+        "body checked (a 200 holds the row's prediction and interval). "
         f"Model: the scaling champion (gbm) trained on {args.scaling_data}.\n\n{table}\n\n"
         "### Overload (admission control)\n\n"
         "Default settings (PERFCAST_MAX_IN_FLIGHT=64; uvicorn limit_concurrency=256). Latency "

@@ -24,11 +24,7 @@ from perfcast.serving import docs
 from perfcast.serving.batching import PredictionBatcher
 from perfcast.serving.limits import RequestLimitError
 from perfcast.serving.metrics import ServiceMetrics
-from perfcast.serving.middleware import (
-    AdmissionMiddleware,
-    MetricsMiddleware,
-    RequestBodyMiddleware,
-)
+from perfcast.serving.middleware import ServiceMiddleware
 from perfcast.serving.models import ModelUnavailableError, ServedModels
 from perfcast.serving.routers import decide, health, predict, query
 from perfcast.serving.routers import models as models_routes
@@ -73,15 +69,16 @@ def create_app(settings: Settings | None = None, models: ServedModels | None = N
     app.add_exception_handler(ContractError, _contract_error)
     app.add_exception_handler(PerfcastError, _perfcast_error)
     app.add_exception_handler(Exception, _unexpected)
-    # outermost last: admission first (a full service answers 503 before reading a body),
-    # then the body checks; the metrics see every answer
+    # one plain ASGI layer: metrics, admission (a full service answers 503 before reading a
+    # body), the body checks, and the predict routes' fast paths
     app.add_middleware(
-        RequestBodyMiddleware,
+        ServiceMiddleware,
+        metrics=metrics,
+        max_in_flight=settings.max_in_flight,
         max_bytes=settings.max_body_bytes,
         read_timeout_s=settings.read_timeout_s,
+        fast_paths=predict.fast_paths(app),
     )
-    app.add_middleware(AdmissionMiddleware, max_in_flight=settings.max_in_flight)
-    app.add_middleware(MetricsMiddleware, metrics=metrics)
     return app
 
 

@@ -43,6 +43,32 @@ class ServiceMetrics:
         )
         self._champions: dict[str, object] = {}
         self.registry.register(_LiveError(lambda: self._champions))
+        # labelled children, looked up once per label set (`labels()` is a locked lookup
+        # that builds its key from the label values each time)
+        self._answered: dict[tuple[str, str, int], tuple] = {}
+        self._predicted: dict[tuple[str, str], object] = {}
+
+    def record(self, method: str, route: str, status: int, seconds: float) -> None:
+        """One HTTP request answered: counted by method, route template and status, timed."""
+        key = (method, route, status)
+        children = self._answered.get(key)
+        if children is None:
+            children = (
+                self.requests.labels(method, route, str(status)),
+                self.latency.labels(method, route),
+            )
+            if len(self._answered) < 10_000:  # routes are templates: a few dozen in practice
+                self._answered[key] = children
+        children[0].inc()
+        children[1].observe(seconds)
+
+    def predicted(self, task: str, model: str, rows: int) -> None:
+        """`rows` predictions made by `model` (family:version) for `task`."""
+        key = (task, model)
+        child = self._predicted.get(key)
+        if child is None:
+            child = self._predicted[key] = self.predictions.labels(task, model)
+        child.inc(rows)
 
     def served(self, champions: dict[str, object]) -> None:
         """Point the model gauge at the champions now loaded (after every reload)."""

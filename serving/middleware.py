@@ -1,5 +1,8 @@
-"""Plain ASGI middleware (cheaper than BaseHTTPMiddleware): request metrics, the request body
-(size, read timeout, JSON safety) and admission control."""
+"""One plain ASGI middleware around the app (each layer of middleware is a coroutine, a send
+wrapper and a frame per request; these were three): request metrics and the access log,
+admission control, the request body (size, read timeout, JSON safety), and the hot routes'
+fast paths (`POST /v1/predict/<task>` without FastAPI's request machinery: see
+`serving/routers/predict.py` `FastPredict`)."""
 
 from __future__ import annotations
 
@@ -7,7 +10,9 @@ import asyncio
 import json
 import logging
 import time
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 
+import anyio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from perfcast.serving.json_safety import find_unsafe
@@ -15,64 +20,91 @@ from perfcast.serving.metrics import ServiceMetrics
 
 access_log = logging.getLogger("perfcast.access")  # one JSON line per request (`perfcast serve`)
 
+RETRY_AFTER_S = 1
 
-class MetricsMiddleware:
-    """Count every HTTP request and time it, labelled by the matched route's template (never
-    the raw path, so labels stay few)."""
+# (scope, receive, send, body) -> the status it answered, or None: not for it, the app answers
+FastPath = Callable[[Scope, Receive, Send, bytes], Awaitable[int | None]]
 
-    def __init__(self, app: ASGIApp, metrics: ServiceMetrics) -> None:
-        self.app, self.metrics = app, metrics
+
+class ServiceMiddleware:
+    """Every HTTP request, in this order:
+
+    - admission: at most `max_in_flight` requests under `prefix` (the work routes) at once; the
+      next is answered 503 with Retry-After at once, before its body is read, instead of
+      queueing without bound. Health, readiness and metrics are always answered;
+    - the body, read whole before the app sees it, then replayed: over `max_bytes` -> 413 (at
+      once from Content-Length, else once the stream passes it); not complete within
+      `read_timeout_s` -> 408 (a client that sends half a body and waits holds no worker for
+      long); holding a value JSON cannot answer for (NaN, Infinity, 1e999, a lone surrogate)
+      -> 422 naming the field, the connection staying open for the client's next request;
+    - a fast path of its route (`fast_paths`, by path) when one answers it, else the app;
+    - metrics: counted and timed, labelled by the matched route's template (never the raw
+      path, so labels stay few), and one access-log line when that logger is on.
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        metrics: ServiceMetrics,
+        max_in_flight: int,
+        max_bytes: int,
+        read_timeout_s: float,
+        prefix: str = "/v1/",
+        fast_paths: Mapping[str, FastPath] | None = None,
+    ) -> None:
+        self.app, self.metrics, self.prefix = app, metrics, prefix
+        self.max_in_flight, self.max_bytes, self.read_timeout_s = (
+            max_in_flight,
+            max_bytes,
+            read_timeout_s,
+        )
+        self.fast_paths = dict(fast_paths or {})
+        self.in_flight = 0
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         start = time.perf_counter()
-        status = 500
+        path = scope["path"]
+        answered = [500, None]  # status, and the route template when a fast path answered
 
         async def send_with_status(message: Message) -> None:
-            nonlocal status
             if message["type"] == "http.response.start":
-                status = message["status"]
+                answered[0] = message["status"]
             await send(message)
 
+        admitted = path.startswith(self.prefix)
         try:
-            await self.app(scope, receive, send_with_status)
+            if admitted and self.in_flight >= self.max_in_flight:
+                admitted = False
+                detail = (
+                    f"the service is at its limit of {self.max_in_flight} requests in progress "
+                    "(PERFCAST_MAX_IN_FLIGHT); retry after the Retry-After seconds"
+                )
+                await _reject(send_with_status, 503, detail, retry_after=RETRY_AFTER_S)
+                return
+            if admitted:
+                self.in_flight += 1
+            await self._body_then_app(scope, receive, send_with_status, answered)
         finally:
-            route = scope.get("route")  # set by FastAPI's router on a match
-            template = getattr(route, "path", "unmatched")
-            method = scope["method"]
-            seconds = time.perf_counter() - start
-            self.metrics.requests.labels(method, template, str(status)).inc()
-            self.metrics.latency.labels(method, template).observe(seconds)
+            if admitted:
+                self.in_flight -= 1
+            template = answered[1]
+            if template is None:
+                route = scope.get("route")  # set by FastAPI's router on a match
+                template = getattr(route, "path", "unmatched")
+            self.metrics.record(scope["method"], template, answered[0], time.perf_counter() - start)
             if access_log.isEnabledFor(logging.INFO):
-                client = scope.get("client") or ("", 0)
-                access_log.info(
-                    "access",
-                    extra={"method": method, "path": scope["path"], "route": template,
-                           "status": status, "ms": round(seconds * 1000, 2),
-                           "client": client[0]},
-                )  # fmt: skip
+                self._log(scope, template, answered[0], time.perf_counter() - start)
 
-
-class RequestBodyMiddleware:
-    """Read each request body whole before the app sees it, then replay it:
-
-    - over `max_bytes` -> 413 (at once from Content-Length, else once the stream passes it);
-    - not complete within `read_timeout_s` -> 408 (a client that sends half a body and waits
-      holds no worker for long);
-    - holding a value JSON cannot answer for (NaN, Infinity, 1e999, a lone surrogate) -> 422
-      naming the field. The connection stays open for the client's next request.
-    """
-
-    def __init__(self, app: ASGIApp, max_bytes: int, read_timeout_s: float) -> None:
-        self.app, self.max_bytes, self.read_timeout_s = app, max_bytes, read_timeout_s
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        declared = dict(scope["headers"]).get(b"content-length")
+    async def _body_then_app(
+        self, scope: Scope, receive: Receive, send: Send, answered: list
+    ) -> None:
+        declared = None
+        for name, value in scope["headers"]:
+            if name == b"content-length":
+                declared = value  # the last one, as dict(headers) took it
         if declared is not None:
             try:
                 too_big = int(declared) > self.max_bytes
@@ -83,7 +115,8 @@ class RequestBodyMiddleware:
                 await _reject(send, 413, self._message(int(declared)), close=True)
                 return
         try:
-            body = await asyncio.wait_for(self._read(receive), self.read_timeout_s)
+            async with asyncio.timeout(self.read_timeout_s):
+                body = await self._read(receive)
         except TimeoutError:
             message = f"the request body did not arrive within {self.read_timeout_s:g} s"
             await _reject(send, 408, message, close=True)
@@ -99,6 +132,12 @@ class RequestBodyMiddleware:
             detail = [{"loc": ["body", *path], "msg": message, "type": "json_invalid"}]
             await _reject(send, 422, detail)
             return
+        fast = self.fast_paths.get(scope["path"]) if scope["method"] == "POST" else None
+        if fast is not None:
+            status = await fast(scope, receive, send, body)
+            if status is not None:
+                answered[0], answered[1] = status, scope["path"]
+                return
         replayed = False
 
         async def replay() -> Message:
@@ -122,7 +161,7 @@ class RequestBodyMiddleware:
                 raise _TooLarge(size)
             chunks.append(chunk)
             if not message.get("more_body", False):
-                return b"".join(chunks)
+                return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
     def _message(self, size: int, streamed: bool = False) -> str:
         what = "more than" if streamed else ""
@@ -131,40 +170,19 @@ class RequestBodyMiddleware:
             "(PERFCAST_MAX_BODY_MB); send fewer rows per request"
         ).replace("  ", " ")
 
+    @staticmethod
+    def _log(scope: Scope, template: str, status: int, seconds: float) -> None:
+        client = scope.get("client") or ("", 0)
+        access_log.info(
+            "access",
+            extra={"method": scope["method"], "path": scope["path"], "route": template,
+                   "status": status, "ms": round(seconds * 1000, 2), "client": client[0]},
+        )  # fmt: skip
+
 
 class _TooLarge(Exception):
     def __init__(self, size: int) -> None:
         self.size = size
-
-
-class AdmissionMiddleware:
-    """At most `max_in_flight` requests under `prefix` (the work routes) at once; the next
-    is answered 503 with Retry-After at once, instead of queueing without bound. Health,
-    readiness and metrics are always answered."""
-
-    def __init__(self, app: ASGIApp, max_in_flight: int, prefix: str = "/v1/") -> None:
-        self.app, self.max_in_flight, self.prefix = app, max_in_flight, prefix
-        self.in_flight = 0
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not scope["path"].startswith(self.prefix):
-            await self.app(scope, receive, send)
-            return
-        if self.in_flight >= self.max_in_flight:
-            detail = (
-                f"the service is at its limit of {self.max_in_flight} requests in progress "
-                "(PERFCAST_MAX_IN_FLIGHT); retry after the Retry-After seconds"
-            )
-            await _reject(send, 503, detail, retry_after=RETRY_AFTER_S)
-            return
-        self.in_flight += 1
-        try:
-            await self.app(scope, receive, send)
-        finally:
-            self.in_flight -= 1
-
-
-RETRY_AFTER_S = 1
 
 
 async def _reject(
@@ -185,3 +203,30 @@ async def _reject(
         headers.append((b"retry-after", str(retry_after).encode()))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
+
+
+def disconnected(receive: Receive) -> Callable[[], Awaitable[bool]]:
+    """`gone()`: whether the client has left, from a message `receive` has ready now (as
+    Starlette's `Request.is_disconnected`, which gets it under a cancelled anyio scope: a tenth
+    of the cost here). A `receive` that would wait means the client is still there."""
+    left = False
+
+    async def gone() -> bool:
+        nonlocal left
+        if not left:
+            pending, message = receive(), None
+            if not isinstance(pending, Coroutine):  # some other awaitable: Starlette's way
+                with anyio.CancelScope() as cancelled:
+                    cancelled.cancel()
+                    message = await pending
+            else:
+                try:
+                    pending.send(None)
+                except StopIteration as ready:
+                    message = ready.value
+                else:  # it waits for the next message: nothing has happened
+                    pending.close()
+            left = isinstance(message, dict) and message.get("type") == "http.disconnect"
+        return left
+
+    return gone

@@ -100,5 +100,4 @@ class ServedModels:
 
     def _count(self, task: str, champion, predictions: int) -> None:
         if self.metrics is not None:
-            label = f"{champion.family}:v{champion.version}"
-            self.metrics.predictions.labels(task, label).inc(predictions)
+            self.metrics.predicted(task, f"{champion.family}:v{champion.version}", predictions)
