@@ -20,6 +20,9 @@ and batch size are chosen for goodput, throughput x statistical efficiency.
 - Restart penalty: a running job moved to another GPU count pays a restart, so its goodput
   there is discounted by Pollux's factor max(age - restarts x delay, 0) / (age + delay); its
   current count is not.
+- Placement (`PackingPlacement`): every job is kept on the fewest nodes its GPU count needs,
+  as the goodput estimates assume (shrinks keep the fullest nodes, grows extend onto the job's
+  own nodes, a spread job moves onto fewer when the free GPUs allow).
 - Batch size is re-chosen every round for the job's current epoch; on the same GPUs the
   simulator changes it without a restart (AdaptDL rescales in place).
 - As in the artifact, NCF keeps its 32,768 batch on one GPU.
