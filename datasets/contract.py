@@ -243,6 +243,14 @@ def validate(df: pd.DataFrame, kind: str, *, source: str | None = None) -> pd.Da
         )
     df = _normalize_booleans(df.reset_index(drop=True).copy(), schema)
     _check_whole_numbers(df, schema, source)
+    placements = None  # a categorical placement column's codes and categories, before coercion
+    if kind == "scaling" and "placement" in df.columns:
+        placement = df["placement"]
+        text = isinstance(placement.dtype, pd.CategoricalDtype) and _all_text(
+            placement.cat.categories
+        )
+        if text:  # the coerced column holds these very strings
+            placements = placement.cat.codes.to_numpy(), placement.cat.categories
     clean = _passing_table(df, schema)
     if clean is None:  # something fails: pandera finds and words every problem
         try:
@@ -250,7 +258,7 @@ def validate(df: pd.DataFrame, kind: str, *, source: str | None = None) -> pd.Da
         except pa.errors.SchemaErrors as err:
             raise _contract_error(err.failure_cases, kind, source) from None
     if kind == "scaling":
-        _check_placement(clean, source)
+        _check_placement(clean, source, placements)
     if kind == "graph":
         _check_constant_within_sample(clean, GRAPH_SAMPLE_COLUMNS, source)
     if kind == "plan":
@@ -402,12 +410,17 @@ def _passing_table(df: pd.DataFrame, schema: pa.DataFrameSchema) -> pd.DataFrame
                 continue  # optional (missing required columns are refused before)
             series = clean[name]
             coerce = series.dtype != column.dtype.type  # astype copies even when nothing changes
-            if coerce:
+            categorical = coerce and isinstance(series.dtype, pd.CategoricalDtype)
+            if categorical:  # checked on its categories
+                series = _categorical_text(column, series)
+                if series is None:
+                    return None
+            elif coerce:
                 series = column.dtype.try_coerce(series)
             # a bool, or one per element (str columns)
             if not np.all(column.dtype.check(pa_engine.Engine.dtype(series.dtype), series)):
                 return None
-            if not _column_passes(column, series):
+            if not categorical and not _column_passes(column, series):
                 return None
             if coerce:
                 clean[name] = series
@@ -416,6 +429,47 @@ def _passing_table(df: pd.DataFrame, schema: pa.DataFrameSchema) -> pd.DataFrame
     except Exception:  # a failed coercion or check: pandera reports it
         return None
     return clean
+
+
+# Checks that decide each value on its own (not `unique`): a categorical column's categories
+# stand for all its values.
+_ELEMENTWISE = frozenset(_FEW_ROW_CHECKS) - {"unique"}
+
+
+def _categorical_text(column: pa.Column, series: pd.Series) -> pd.Series | None:
+    """A categorical column of text coerced to the contract's text column, its checks run on
+    its categories (each distinct text once: a candidate table's 10^5 placements are 10^4
+    categories) and the values taken from them by code, as `try_coerce` would write them;
+    None where that cannot be told so (then the column is coerced and checked as any other,
+    or pandera decides)."""
+    categories = series.cat.categories
+    elementwise = all(_few_row_name(check) in _ELEMENTWISE for check in column.checks)
+    if not elementwise or not _all_text(categories):
+        return None
+    codes = series.cat.codes.to_numpy()
+    if not column.nullable and (codes < 0).any():
+        return None
+    distinct = column.dtype.try_coerce(pd.Series(categories.to_numpy(dtype=object)))
+    if not isinstance(distinct.dtype, pd.StringDtype):
+        return None
+    if len(distinct) and not _column_passes(column, distinct):
+        return None
+    values = distinct.array.take(codes, allow_fill=True)
+    return pd.Series(values, index=series.index, name=series.name)
+
+
+def _all_text(categories: pd.Index) -> bool:
+    """Whether every category is a Python string (a text Index holds only strings: categories
+    are never missing)."""
+    return isinstance(categories.dtype, pd.StringDtype) or all(
+        isinstance(value, str) for value in categories.tolist()
+    )
+
+
+def _few_row_name(check: pa.Check) -> str:
+    """The key of `check` in _FEW_ROW_CHECKS (its function's name, else its own)."""
+    name = getattr(check._check_fn, "__name__", "")
+    return name if name in _FEW_ROW_CHECKS else str(check.name)
 
 
 _INT64 = (-(2**63), 2**63)
@@ -535,19 +589,32 @@ def _contract_error(cases: pd.DataFrame, kind: str, source: str | None) -> Contr
     )
 
 
-def _check_placement(df: pd.DataFrame, source: str | None) -> None:
+def _check_placement(
+    df: pd.DataFrame, source: str | None, categories: tuple[np.ndarray, pd.Index] | None = None
+) -> None:
     """Each placement's digits (GPUs per node, zeros for unused nodes) must add up to num_gpus
-    over num_nodes nonzero digits. Worked out once per distinct placement."""
+    over num_nodes nonzero digits. Worked out once per distinct placement (`categories`: the
+    codes and categories of the column before it was coerced to text, when it was a
+    categorical: its distinct values without hashing 10^5 strings)."""
     if "placement" not in df.columns:
         return
     placement = df["placement"]
     present = placement.notna().to_numpy()
     if not present.any():
         return
-    codes, unique = pd.factorize(placement[present].astype(str))
-    total, used = _digit_totals(unique.tolist())
-    gpus = df["num_gpus"].to_numpy()[present]
-    nodes = df["num_nodes"].to_numpy()[present]
+    if categories is not None:
+        codes, unique = categories[0][present], categories[1]
+        gpus = df["num_gpus"].to_numpy()[present]
+        nodes = df["num_nodes"].to_numpy()[present]
+    elif present.all():  # a checked text column: its distinct strings as they are
+        codes, unique = pd.factorize(placement.array)
+        gpus, nodes = df["num_gpus"].to_numpy(), df["num_nodes"].to_numpy()
+    else:
+        codes, unique = pd.factorize(placement[present].astype(str))
+        gpus = df["num_gpus"].to_numpy()[present]
+        nodes = df["num_nodes"].to_numpy()[present]
+    texts = unique.tolist()
+    total, used = _digit_totals(texts if _all_text(unique) else [str(t) for t in texts])
     bad = (total[codes] != gpus) | (used[codes] != nodes)
     if bad.any():
         i = int(np.flatnonzero(present)[np.argmax(bad)])
@@ -565,7 +632,11 @@ def _digit_totals(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
     and its characters other than "0", over all texts' code points at once (a candidate table
     has 10^4 distinct placements)."""
     lengths = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
-    points = np.frombuffer("".join(texts).encode("utf-32-le"), dtype=np.uint32).astype(np.int64)
+    joined = "".join(texts)
+    if joined.isascii():  # one byte per character
+        points = np.frombuffer(joined.encode("ascii"), dtype=np.uint8).astype(np.int64)
+    else:
+        points = np.frombuffer(joined.encode("utf-32-le"), dtype=np.uint32).astype(np.int64)
     ends = np.cumsum(lengths)
 
     def per_text(values: np.ndarray) -> np.ndarray:

@@ -415,8 +415,12 @@ def distinct_groups(columns: list) -> tuple[np.ndarray, np.ndarray]:
         values = column.array if text else np.asarray(column)
         codes, uniques = pd.factorize(values, use_na_sentinel=False)
         combined = pd.factorize(combined * (len(uniques) + 1) + codes)[0]  # stays below n
-    _, first, inverse = np.unique(combined, return_index=True, return_inverse=True)
-    return inverse.reshape(-1), first
+    # the codes number the groups in order of their first rows already: what np.unique's
+    # inverse would number them, without its sort
+    groups = int(combined.max()) + 1 if len(combined) else 0
+    first = np.empty(groups, dtype=np.int64)
+    first[combined[::-1]] = np.arange(len(combined) - 1, -1, -1)  # the last write: the first
+    return combined.astype(np.int64, copy=False), first
 
 
 def _overhead_at(x: np.ndarray, y: np.ndarray, at: float) -> float:

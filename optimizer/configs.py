@@ -14,6 +14,7 @@ limit, shuffle partitions of a big-data engine) searched with Optuna's seeded TP
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -110,11 +111,20 @@ def enumerate_candidates(
         raise PerfcastError("each gpu_type may appear in only one pool")
     frames = [_pool_candidates(pool, sizes, wanted) for pool in pools]
     placement = union_categoricals([f["placement"] for f in frames])
-    candidates = pd.concat([f.drop(columns="placement") for f in frames], ignore_index=True)
+    gpu_type = union_categoricals([f["gpu_type"] for f in frames])
+    candidates = pd.concat(
+        [f.drop(columns=["gpu_type", "placement"]) for f in frames], ignore_index=True
+    )
+    candidates.insert(0, "gpu_type", gpu_type)
     candidates.insert(3, "placement", placement)
     for name, value in job.items():
-        candidates[name] = value
+        # text as a categorical of one value: one string, not one per candidate
+        candidates[name] = _constant(value, len(candidates)) if isinstance(value, str) else value
     return candidates
+
+
+def _constant(value: str, n: int) -> pd.Categorical:
+    return pd.Categorical.from_codes(np.zeros(n, dtype=np.int8), categories=[value])
 
 
 def candidate_count(
@@ -134,11 +144,16 @@ def candidate_count(
     return total * sizes
 
 
-def _pool_candidates(pool: GpuPool, sizes: np.ndarray, wanted: np.ndarray | None) -> pd.DataFrame:
-    per_node, total = pool.gpus_per_node, pool.gpus_per_node * pool.nodes
+@functools.lru_cache(maxsize=64)
+def _layout(
+    per_node: int, pool_nodes: int, wanted: tuple[int, ...] | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, pd.CategoricalDtype]:
+    """(GPUs, nodes, placement code, placements) of every (GPU count, node count) of a pool
+    shape: the same for every request on that shape, so made once (10^4 placement strings)."""
+    total = per_node * pool_nodes
     counts = np.arange(1, total + 1) if wanted is None else np.union1d([1], wanted)
     counts = counts[counts <= total]
-    nodes = np.arange(1, pool.nodes + 1)
+    nodes = np.arange(1, pool_nodes + 1)
     gpus, spread = (a.ravel() for a in np.meshgrid(counts, nodes, indexing="ij"))
     fits = (spread <= gpus) & (gpus <= spread * per_node)
     gpus, spread = gpus[fits], spread[fits]
@@ -146,17 +161,23 @@ def _pool_candidates(pool: GpuPool, sizes: np.ndarray, wanted: np.ndarray | None
     # each (GPUs, nodes) has its own placement string; code -1 is a missing placement
     known = np.array([p is not None for p in placements], dtype=bool)
     codes = np.where(known, np.cumsum(known) - 1, -1)
+    for array in (gpus, spread, codes):
+        array.flags.writeable = False
+    return gpus, spread, codes, pd.CategoricalDtype([p for p in placements if p])
+
+
+def _pool_candidates(pool: GpuPool, sizes: np.ndarray, wanted: np.ndarray | None) -> pd.DataFrame:
+    key = None if wanted is None else tuple(wanted.tolist())
+    gpus, spread, codes, placements = _layout(pool.gpus_per_node, pool.nodes, key)
     rows = len(gpus)
     in_search = np.ones(rows, bool) if wanted is None else np.isin(gpus, wanted)
     return pd.DataFrame(
         {
-            "gpu_type": pool.gpu_type,
+            "gpu_type": _constant(pool.gpu_type, rows * sizes.size),
             "num_nodes": np.repeat(spread, sizes.size),
             "num_gpus": np.repeat(gpus, sizes.size),
             # categorical: one string per (GPUs, nodes), not one per row (10^6 rows stay cheap)
-            "placement": pd.Categorical.from_codes(
-                np.repeat(codes, sizes.size), categories=[p for p in placements if p]
-            ),
+            "placement": pd.Categorical.from_codes(np.repeat(codes, sizes.size), dtype=placements),
             "local_batch_size": np.tile(sizes, rows),
             "in_search": np.repeat(in_search, sizes.size),
             "price_per_gpu_hour": np.nan
@@ -183,39 +204,50 @@ def score_candidates(
     step = {q: pred[f"step_time_s{q}"].to_numpy(dtype=float) for q in ("", "_p10", "_p90")}
     gpus = out["num_gpus"].to_numpy()
     global_batch = gpus * out["local_batch_size"].to_numpy()
-    out["global_batch_size"] = global_batch
-    out["step_time_s"], out["step_time_s_p10"], out["step_time_s_p90"] = step.values()
+    # the new columns made as arrays and joined to the candidates at once (one column at a
+    # time, each insert into a 10^5-row frame costs more than its arithmetic)
+    new: dict[str, np.ndarray] = {"global_batch_size": global_batch}
+    new["step_time_s"], new["step_time_s_p10"], new["step_time_s_p90"] = step.values()
     if "flags" in pred.columns:  # what the model had not seen, per candidate
-        out["flags"] = pred["flags"].to_numpy()
+        flags = pred["flags"]  # text kept as stored (no object array of 10^5 strings)
+        new["flags"] = flags.array if isinstance(flags.dtype, pd.StringDtype) else flags.to_numpy()
     # samples/s; the p10 of throughput comes from the p90 of step time
     for q, s in (("", ""), ("_p10", "_p90"), ("_p90", "_p10")):
-        out[f"throughput{q}"] = global_batch / step[s]
-    out["throughput_per_gpu"] = out["throughput"] / gpus
-    reference = _single_gpu_throughput(out)
+        new[f"throughput{q}"] = global_batch / step[s]
+    new["throughput_per_gpu"] = new["throughput"] / gpus
+    reference = _single_gpu_throughput(out, new["throughput"])
     for q in ("", "_p10", "_p90"):
         # per-GPU throughput ÷ one GPU's median throughput (same type and local batch)
-        out[f"scaling_efficiency{q}"] = out[f"throughput{q}"].to_numpy() / gpus / reference
+        new[f"scaling_efficiency{q}"] = new[f"throughput{q}"] / gpus / reference
     price = out["price_per_gpu_hour"].to_numpy(dtype=float)
     # a total time's p10 comes from the p10 step time, i.e. the p90 throughput
     for q, opposite in (("", ""), ("_p10", "_p90"), ("_p90", "_p10")):
         if work is None:
             seconds = np.full(len(out), np.nan)
         elif work.samples is not None:
-            seconds = work.samples / out[f"throughput{opposite}"].to_numpy()
+            seconds = work.samples / new[f"throughput{opposite}"]
         else:
             seconds = work.iterations * step[q]
-        out[f"total_time_s{q}"] = seconds
-        out[f"cost{q}"] = seconds / 3600 * gpus * price
-    return out
+        new[f"total_time_s{q}"] = seconds
+        new[f"cost{q}"] = seconds / 3600 * gpus * price
+    if any(name in out.columns for name in new):  # a job column of the same name: replaced
+        for name, values in new.items():
+            out[name] = values
+        return out
+    return pd.concat([out, pd.DataFrame(new, index=out.index)], axis=1)
 
 
-def _single_gpu_throughput(scored: pd.DataFrame) -> np.ndarray:
+def _single_gpu_throughput(scored: pd.DataFrame, throughput: np.ndarray) -> np.ndarray:
     """For each row: the same job's throughput on one GPU of the same type at the same local
-    batch size, the reference of (weak) scaling efficiency."""
-    key = ["gpu_type", "local_batch_size"]
-    single = scored.loc[scored["num_gpus"] == 1, [*key, "throughput"]]
-    single = single.groupby(key, as_index=False)["throughput"].first()
-    return scored[key].merge(single, on=key, how="left")["throughput"].to_numpy()
+    batch size (the first such row's that has one), the reference of (weak) scaling
+    efficiency; NaN where there is none."""
+    kind, kinds = pd.factorize(scored["gpu_type"], use_na_sentinel=False)
+    size, sizes = pd.factorize(scored["local_batch_size"].to_numpy(), use_na_sentinel=False)
+    key = kind.astype(np.int64) * len(sizes) + size
+    single = np.flatnonzero((scored["num_gpus"].to_numpy() == 1) & ~np.isnan(throughput))
+    table = np.full(len(kinds) * len(sizes), np.nan)
+    table[key[single[::-1]]] = throughput[single[::-1]]  # the last write: the first row
+    return table[key]
 
 
 def _rank_columns(objective: Objective, deadline: bool) -> tuple[list[str], list[bool]]:
@@ -290,6 +322,9 @@ def recommend(
     best = ranked[_diverse_front(scored, ranked, top_k)]
     top = scored.iloc[best].drop(columns=["in_search"]).reset_index(drop=True)
     top["placement"] = top["placement"].astype("string")
+    for name in ("gpu_type", *job):  # the candidates' categoricals of text: text again
+        if isinstance(top[name].dtype, pd.CategoricalDtype):
+            top[name] = top[name].astype(str)
     top["reason"] = _reasons(top, scored, objective, deadline_s, max_cost)
     return Recommendation(
         top=top,
@@ -317,12 +352,10 @@ def _diverse_front(scored: pd.DataFrame, ranked: np.ndarray, top_k: int) -> np.n
     time = np.where(np.isfinite(time), time, 1 / scored["throughput"].to_numpy(float)[ranked])
     cost = scored["cost"].to_numpy(dtype=float)[ranked]
     cost = np.where(np.isfinite(cost), cost, time * gpus)
-    kind = pd.factorize(scored["gpu_type"].to_numpy()[ranked])[0]
+    # GPU types numbered in rank order (codes of the whole column first: no strings hashed)
+    kind = pd.factorize(pd.factorize(scored["gpu_type"], use_na_sentinel=False)[0][ranked])[0]
     group = kind * (int(gpus.max()) + 1) + gpus.astype(np.int64)
-    order = np.lexsort((np.arange(len(ranked)), cost, time, group))
-    firsts = np.ones(len(order), dtype=bool)
-    firsts[1:] = group[order][1:] != group[order][:-1]
-    candidates = order[firsts]
+    candidates = _best_per_group(group, time, cost)
     candidates = candidates[np.lexsort((gpus[candidates], cost[candidates], time[candidates]))]
     front: list[int] = []
     for i in candidates:  # by time: a point is dominated by an earlier one cheaper on both
@@ -344,6 +377,24 @@ def _diverse_front(scored: pd.DataFrame, ranked: np.ndarray, top_k: int) -> np.n
     while len(chosen) < min(top_k, len(ranked)):
         chosen.append(next(rest))
     return np.array(sorted(chosen), dtype=np.int64)
+
+
+def _best_per_group(group: np.ndarray, time: np.ndarray, cost: np.ndarray) -> np.ndarray:
+    """The first position of each group with its least time, then its least cost (NaN last,
+    as a sort puts it), the groups in increasing order: the first row of each group in
+    `np.lexsort((positions, cost, time, group))`, without sorting every row."""
+    codes, groups = pd.factorize(group)
+    alive = np.ones(len(group), dtype=bool)
+    for values in (time, cost):  # each key decides among the rows the one before kept
+        rows = np.flatnonzero(alive)
+        least = np.full(len(groups), np.nan)
+        np.fmin.at(least, codes[rows], values[rows])  # NaN only where the group's all are
+        mine = least[codes[rows]]
+        alive[rows[(values[rows] != mine) & ~np.isnan(mine)]] = False
+    rows = np.flatnonzero(alive)
+    first = np.full(len(groups), len(group))
+    np.minimum.at(first, codes[rows], rows)
+    return first[np.argsort(groups, kind="stable")]
 
 
 def _nothing_feasible(pool: pd.DataFrame, deadline_s: float | None, max_cost: float | None) -> str:
@@ -376,10 +427,7 @@ def _reasons(
         headline = f"fewest resources meeting the {deadline_s:g} s deadline at p90"
     if max_cost is not None:
         headline += f" under the ${max_cost:g} budget"
-    # the rows a reason may compare with: same GPU type, count and local batch size as a top row
-    key = ["gpu_type", "num_gpus", "local_batch_size"]
-    related = scored[scored["num_gpus"].isin(top["num_gpus"].unique())]
-    related = related.merge(top[key].drop_duplicates(), on=key)
+    related = _Related(scored, top)
     reasons = []
     for rank, row in enumerate(top.itertuples(index=False), start=1):
         what = headline if rank == 1 else f"#{rank}"
@@ -393,7 +441,7 @@ def _reasons(
             text += f", ${row.cost:.2f}"
         if rank > 1:
             text += _versus_first(top.iloc[0], row, objective, deadline_s)
-        text += _spread_penalty(related, row)
+        text += related.spread_penalty(row)
         reasons.append(text)
     return reasons
 
@@ -411,21 +459,35 @@ def _versus_first(
     return f" ({value / ref - 1:+.0%} {label} vs #1)"
 
 
-def _spread_penalty(scored: pd.DataFrame, row: object) -> str:
-    """How much throughput spreading over more nodes costs vs the fewest nodes possible."""
-    same = scored[
-        (scored["gpu_type"] == row.gpu_type)
-        & (scored["num_gpus"] == row.num_gpus)
-        & (scored["local_batch_size"] == row.local_batch_size)
-    ]
-    fewest = same.loc[same["num_nodes"].idxmin()]
-    if fewest["num_nodes"] == row.num_nodes or not np.isfinite(fewest["throughput"]):
-        return ""
-    loss = 1 - row.throughput / fewest["throughput"]
-    return (
-        f"; {row.num_nodes} nodes {'cost' if loss >= 0 else 'gain'} {abs(loss):.0%} throughput "
-        f"vs {fewest['num_nodes']}"
-    )
+class _Related:
+    """The rows a reason may compare a top row with: same GPU type, count and local batch
+    size, as arrays of the scored candidates' columns (no frame of 10^5 rows filtered)."""
+
+    def __init__(self, scored: pd.DataFrame, top: pd.DataFrame) -> None:
+        self.rows = np.flatnonzero(np.isin(scored["num_gpus"].to_numpy(), top["num_gpus"]))
+        kinds = scored["gpu_type"].iloc[self.rows]
+        self.kind, self.kinds = pd.factorize(kinds, use_na_sentinel=False)
+        self.gpus = scored["num_gpus"].to_numpy()[self.rows]
+        self.bsz = scored["local_batch_size"].to_numpy()[self.rows]
+        self.nodes = scored["num_nodes"].to_numpy()[self.rows]
+        self.throughput = scored["throughput"].to_numpy()[self.rows]
+
+    def spread_penalty(self, row: object) -> str:
+        """How much throughput spreading over more nodes costs vs the fewest nodes possible
+        (the first row with the fewest nodes of those like `row`)."""
+        kind = list(self.kinds).index(row.gpu_type)
+        same = np.flatnonzero(
+            (self.kind == kind) & (self.gpus == row.num_gpus) & (self.bsz == row.local_batch_size)
+        )
+        fewest = same[np.argmin(self.nodes[same])]
+        fewest_nodes, fewest_throughput = self.nodes[fewest], self.throughput[fewest]
+        if fewest_nodes == row.num_nodes or not np.isfinite(fewest_throughput):
+            return ""
+        loss = 1 - row.throughput / fewest_throughput
+        return (
+            f"; {row.num_nodes} nodes {'cost' if loss >= 0 else 'gain'} {abs(loss):.0%} "
+            f"throughput vs {fewest_nodes}"
+        )
 
 
 Knob = tuple[str, float, float] | tuple[str, float, float, bool] | Sequence[object]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Self
 
 import numpy as np
@@ -27,11 +28,14 @@ from perfcast.predictor.scaling_calibration import (
 from perfcast.predictor.scaling_fast import (
     FEW_ROWS,
     FewRowFeatures,
+    ManyRows,
     Table,
     few_row_design,
     few_row_flags,
     frame_table,
     gpus_per_node,
+    many_row_design,
+    many_row_flags,
     row_links,
 )
 
@@ -177,14 +181,18 @@ class ScalingPredictor(TaskPredictor):
         return table, X, log_base, flags
 
     def _general(self, rows: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, np.ndarray, dict]:
-        flags = self._flags(rows, gpus_per_node_of(rows).to_numpy(dtype="int64"))
+        """Flags and features of a checked frame of any size, each lookup once per distinct
+        key (`scaling_fast.ManyRows`): what `_flags` and `features_.transform` answer."""
+        many = ManyRows.of(rows)
+        flags = many_row_flags(self, many)
         if flags["slower_links"].any():
-            slowest = self._slowest_links((rows["num_nodes"] > 1).to_numpy(), flags)
+            slowest = self._slowest_links(many.num_nodes > 1, flags)
             rows = rows.copy()
             for column, values in slowest.items():
                 own = _numbers(rows, column)
                 rows[column] = values if own is None else np.where(np.isnan(values), own, values)
-        X, log_base = self.features_.transform(rows)
+            many = replace(many, rows=rows)  # the links the features read: the new columns
+        X, log_base = many_row_design(self.features_, many)
         return rows, X, log_base, flags
 
     def _slowest_links(self, spread: np.ndarray, flags: dict) -> dict[str, np.ndarray]:

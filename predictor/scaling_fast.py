@@ -33,6 +33,7 @@ from perfcast.features.scaling import (
     ScalingFeatures,
     design_columns,
     design_frame,
+    distinct_groups,
     most_on_one_node,
     ring_link_gbps,
     ring_time_per_byte,
@@ -232,3 +233,314 @@ def few_row_flags(
         "no_interconnect_facts": multi & no_links & uncharted,
         "slower_links": multi & uncharted & predictor.slower_links(link, num_nodes > 1, stated),
     }
+
+
+# Many rows: a checked frame's columns worked out once per distinct value. A recommendation's
+# 10^5 candidates are as many distinct rows, but one job, one GPU type and cluster, a few
+# batch sizes: every lookup (one-GPU time, links, specs, gradient bytes, what the training
+# rows cover) is made per distinct combination of the columns it reads and broadcast by
+# integer codes, instead of one pandas operation on 10^5-row columns per lookup.
+# tests/test_recommend_fast_path.py holds it to `ScalingFeatures.transform` and
+# `ScalingPredictor._flags` on the same frames.
+
+
+def text_codes(values: pd.Series) -> tuple[np.ndarray, list]:
+    """(code of each row, the distinct values): a column's values as integer codes, a missing
+    value one of the distinct values (as `distinct_groups` counts it). A categorical column's
+    codes are taken as they are (its categories hold each distinct text once)."""
+    if isinstance(values.dtype, pd.CategoricalDtype):
+        codes = values.cat.codes.to_numpy().astype(np.int64)
+        uniques = values.cat.categories.tolist()
+        if (codes < 0).any():
+            codes = np.where(codes < 0, len(uniques), codes)
+            uniques.append(None)
+        return codes, uniques
+    text = isinstance(values.dtype, pd.StringDtype)
+    codes, uniques = pd.factorize(
+        values.array if text else values.to_numpy(), use_na_sentinel=False
+    )
+    return codes.astype(np.int64, copy=False), uniques.tolist()  # (iterating Arrow is slow)
+
+
+def most_on_one_node_of(texts: list) -> np.ndarray:
+    """`most_on_one_node` of each of `texts` (NaN where not a string of digits), over the
+    texts' code points at once for the strings of ASCII digits a checked placement holds."""
+    out = np.full(len(texts), np.nan)
+    if all(type(t) is str for t in texts) and "".join(texts).isascii() and all(texts):
+        plain = range(len(texts))  # a checked column's placements: every one at once
+    else:
+        plain = [i for i, t in enumerate(texts) if isinstance(t, str) and t.isascii() and t]
+    if plain:
+        chosen = texts if len(plain) == len(texts) else [texts[i] for i in plain]
+        lengths = np.fromiter(map(len, chosen), dtype=np.int64, count=len(chosen))
+        points = np.frombuffer("".join(chosen).encode("ascii"), dtype=np.uint8)
+        starts = np.cumsum(lengths) - lengths
+        digit = (points >= ord("0")) & (points <= ord("9"))
+        running = np.concatenate([[0], np.cumsum(~digit)])
+        all_digits = running[starts + lengths] == running[starts]
+        biggest = np.maximum.reduceat(points, starts).astype(float) - ord("0")
+        out[np.asarray(plain)] = np.where(all_digits, biggest, np.nan)
+    rest = np.ones(len(texts), dtype=bool)
+    rest[np.asarray(plain, dtype=np.int64)] = False
+    for i in np.flatnonzero(rest):  # anything else (None, non-ASCII text): one by one
+        out[i] = most_on_one_node(texts[i])
+    return out
+
+
+def _number_column(rows: pd.DataFrame, column: str) -> np.ndarray | None:
+    """A row-supplied number column as `pd.to_numeric(..., errors="coerce")` reads it (None
+    when absent)."""
+    if column not in rows.columns:
+        return None
+    return pd.to_numeric(rows[column], errors="coerce").to_numpy(dtype=float)
+
+
+def per_key(parts: Sequence[tuple[np.ndarray, int]], compute, width: int = 1) -> np.ndarray:
+    """`compute(*codes)` once per distinct combination of the parts' codes (each part: the
+    rows' codes and how many codes there are), as each row's value (width 1) or row of
+    `width` values. The combinations are numbered densely when there are not many more of
+    them than rows (one pass, no sort), else by `distinct_groups`."""
+    n = len(parts[0][0])
+    size = math.prod(radix for _, radix in parts)
+    if size <= max(4 * n, 4096):
+        combined = np.zeros(n, dtype=np.int64)
+        for codes, radix in parts:
+            combined = combined * radix + codes
+        present = np.zeros(size, dtype=bool)
+        present[combined] = True
+        keys = np.flatnonzero(present)
+        decoded, rest = [], keys
+        for _, radix in reversed(parts):
+            rest, code = np.divmod(rest, radix)
+            decoded.append(code)
+        decoded.reverse()
+        values = [compute(*key) for key in zip(*(d.tolist() for d in decoded), strict=True)]
+        table = np.full((size, width), np.nan)
+        if keys.size:
+            table[keys] = np.array(values, dtype=float).reshape(-1, width)
+        out = table[combined]
+    else:
+        group, first = distinct_groups([codes for codes, _ in parts])
+        firsts = [codes[first].tolist() for codes, _ in parts]
+        values = [compute(*key) for key in zip(*firsts, strict=True)]
+        out = np.array(values, dtype=float).reshape(-1, width)[group]
+    return out[:, 0] if width == 1 else out
+
+
+def _int_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(code of each row, the distinct values) of a number column (NaN one value)."""
+    codes, uniques = pd.factorize(values, use_na_sentinel=False)
+    return codes.astype(np.int64, copy=False), np.asarray(uniques)
+
+
+@dataclass(frozen=True)
+class ManyRows:
+    """A checked frame's columns for `many_row_design` and `many_row_flags`: the text columns
+    as codes into their distinct values, the numbers as arrays, each row's GPUs per node and
+    its links (`interconnect_frame`'s)."""
+
+    rows: pd.DataFrame
+    job: np.ndarray
+    jobs: list
+    gpu: np.ndarray
+    gpu_types: list
+    cluster: np.ndarray
+    clusters: list
+    num_gpus: np.ndarray
+    num_nodes: np.ndarray
+    local_batch_size: np.ndarray
+    per_node: np.ndarray
+    link_facts: np.ndarray  # INTERCONNECTS' links per (gpu code, cluster code), flattened
+
+    @classmethod
+    def of(cls, rows: pd.DataFrame) -> ManyRows:
+        job, jobs = text_codes(rows["job"])
+        gpu, gpu_types = text_codes(rows["gpu_type"])
+        if "cluster" in rows.columns:
+            cluster, clusters = text_codes(rows["cluster"])
+        else:
+            cluster, clusters = np.zeros(len(rows), dtype=np.int64), [""]
+        num_gpus = rows["num_gpus"].to_numpy()
+        num_nodes = rows["num_nodes"].to_numpy()
+        even = np.ceil(num_gpus / num_nodes)
+        if "placement" in rows.columns:  # `gpus_per_node_of`, per distinct placement
+            codes, placements = text_codes(rows["placement"])
+            most = most_on_one_node_of(placements)[codes]
+            even = np.where(np.isnan(most), even, most)
+        facts = np.array(
+            [interconnect_of(str(g), _text(c)) for g in gpu_types for c in clusters], dtype=float
+        ).reshape(-1, len(INTERCONNECT_COLUMNS))
+        return cls(
+            rows=rows,
+            job=job,
+            jobs=jobs,
+            gpu=gpu,
+            gpu_types=gpu_types,
+            cluster=cluster,
+            clusters=clusters,
+            num_gpus=num_gpus,
+            num_nodes=num_nodes,
+            local_batch_size=rows["local_batch_size"].to_numpy(),
+            per_node=even.astype("int64"),
+            link_facts=facts,
+        )
+
+    def links(self, stated: Sequence[np.ndarray | None]) -> np.ndarray:
+        """(intra_node_bw_gbps, inter_node_bw_gbps) per row as `interconnect_frame` finds them,
+        `stated`: the rows' own values of the two columns (None: absent)."""
+        links = self.link_facts[self.gpu * len(self.clusters) + self.cluster]
+        for k, own in enumerate(stated):
+            if own is not None:
+                links[:, k] = np.where(own > 0, own, links[:, k])
+        return links
+
+    def stated_links(self) -> list[np.ndarray | None]:
+        return [_number_column(self.rows, column) for column in INTERCONNECT_COLUMNS]
+
+    def _pair(self) -> tuple[tuple[np.ndarray, int], tuple[np.ndarray, int]]:
+        return (self.job, len(self.jobs)), (self.gpu, len(self.gpu_types))
+
+    def measured_among(self, keys: frozenset, columns: Sequence[np.ndarray]) -> np.ndarray:
+        """Whether each row's (job, *columns, gpu_type, local_batch_size) is in `keys` (the
+        measured configurations), looked up only for rows whose GPU count and batch size some
+        key has."""
+        gpus = np.array(sorted({key[1] for key in keys}), dtype=np.int64)
+        bszs = np.array(sorted({key[-1] for key in keys}), dtype=np.int64)
+        found = np.zeros(len(self.job), dtype=bool)
+        maybe = np.flatnonzero(np.isin(self.num_gpus, gpus) & np.isin(self.local_batch_size, bszs))
+        if maybe.size:
+            jobs, gpu_types = self.jobs, self.gpu_types
+            parts = [self.job, *(np.asarray(c) for c in columns), self.gpu, self.local_batch_size]
+            group, first = distinct_groups([part[maybe] for part in parts])
+            distinct = zip(*(part[maybe][first].tolist() for part in parts), strict=True)
+            hit = [(jobs[j], *middle, gpu_types[g], b) in keys for j, *middle, g, b in distinct]
+            found[maybe] = np.array(hit, dtype=bool)[group]
+        return found
+
+
+def many_row_flags(predictor: ScalingPredictor, many: ManyRows) -> dict[str, np.ndarray]:
+    """`ScalingPredictor._flags` of `many.rows`, each lookup once per distinct key."""
+    features = predictor.features_
+    jobs, gpu_types = many.jobs, many.gpu_types
+    job_pair, gpu_pair = many._pair()
+    columns = (many.num_gpus, many.num_nodes, many.per_node)
+    measured = many.measured_among(predictor.measured_, columns)
+    multi = many.num_gpus > 1
+    max_gpus = np.array(
+        [predictor.max_gpus_.get(str(job), predictor.max_gpus_any_) for job in jobs], dtype=float
+    )[many.job]
+    ranges = per_key(
+        [job_pair, gpu_pair],
+        lambda j, g: predictor.batch_range_.get((jobs[j], gpu_types[g]), (np.nan, np.nan)),
+        width=2,
+    )
+    bsz = many.local_batch_size.astype(float)
+    charted = per_key(
+        [job_pair, gpu_pair], lambda j, g: (jobs[j], gpu_types[g]) in features.scaled_
+    )
+    uncharted = multi & ~(charted > 0)
+    known_jobs = set(features.jobs_)
+    stated = many.stated_links()
+    links = many.links(stated)
+    no_links = np.isnan(links).all(axis=1)
+    link = ring_link_gbps(links[:, 0], links[:, 1], many.num_nodes)
+    return {
+        "measured": measured,
+        "uncharted": uncharted,
+        "new_job": np.array([job not in known_jobs for job in jobs], dtype=bool)[many.job],
+        "new_gpu_type": np.array([g not in predictor.gpu_types_ for g in gpu_types], dtype=bool)[
+            many.gpu
+        ],
+        "unmeasured_config": multi & ~measured & uncharted,
+        "extrapolated_gpus": many.num_gpus > max_gpus,
+        "extrapolated_batch": (bsz < ranges[:, 0]) | (bsz > ranges[:, 1]),
+        "no_interconnect_facts": multi & no_links & uncharted,
+        "slower_links": multi
+        & uncharted
+        & predictor.slower_links(link, many.num_nodes > 1, stated),
+    }
+
+
+def many_row_design(features: ScalingFeatures, many: ManyRows) -> tuple[pd.DataFrame, np.ndarray]:
+    """(X, log_base) as `features.transform(many.rows)` gives them."""
+    rows, n = many.rows, len(many.job)
+    jobs, gpu_types = many.jobs, many.gpu_types
+    job_pair, gpu_pair = many._pair()
+    gpus, nodes, per_node = many.num_gpus, many.num_nodes, many.per_node
+    bsz = many.local_batch_size
+    single = gpus == 1
+    bsz_code, bsz_values = _int_codes(bsz)
+    t1 = per_key(
+        [job_pair, gpu_pair, (bsz_code, len(bsz_values)), (single.astype(np.int64), 2)],
+        lambda j, g, b, s: features.one_gpu_time(jobs[j], gpu_types[g], bsz_values[b], bool(s)),
+    )
+
+    # overheads: the rows whose configuration (job, GPUs, nodes, GPUs per node) was measured
+    found = np.full((n, 3), np.nan)
+    sync_gpus = np.array(sorted({config[1] for config in features.sync_}), dtype=np.int64)
+    maybe = np.flatnonzero((gpus > 1) & np.isin(gpus, sync_gpus))
+    if maybe.size:  # each distinct (configuration, GPU type, batch) of them once
+        parts = [many.job, gpus, nodes, per_node, many.gpu, bsz]
+        group, first = distinct_groups([part[maybe] for part in parts])
+        values = []
+        distinct = zip(*(part[maybe][first].tolist() for part in parts), strict=True)
+        for j, g, k, p, gpu, b in distinct:
+            config = (jobs[j], g, k, p)
+            if config in features.sync_:
+                values.append(features._overheads(config, gpu_types[gpu], float(b)))
+            else:
+                values.append((np.nan, np.nan, np.nan))
+        found[maybe] = np.array(values, dtype=float).reshape(-1, 3)[group]
+
+    # communication: gradient bytes per (job, multi-node, GPU type, nominal bytes)
+    links = many.links(many.stated_links())
+    seconds_per_byte = ring_time_per_byte(links[:, 0], links[:, 1], nodes, gpus.astype(float))
+    params = np.array([MODEL_PARAMS_M.get(job, np.nan) for job in jobs], dtype=float)[many.job]
+    own_params = _number_column(rows, "params_m")
+    if own_params is not None:
+        params = np.where(own_params > 0, own_params, params)
+    nominal = params * 1e6 * BYTES_PER_PARAM
+    nominal_code, nominal_values = _int_codes(nominal)
+    multi = nodes > 1
+    moved = per_key(
+        [job_pair, (multi.astype(np.int64), 2), gpu_pair, (nominal_code, len(nominal_values))],
+        lambda j, m, g, b: features.gradient_bytes(
+            jobs[j], bool(m), gpu_types[g], float(nominal_values[b])
+        ),
+    )
+
+    # device specs: the datasheet's per GPU type, the rows' own values where given
+    specs = {}
+    devices = [DEVICES.get(canonical_device(str(g))) for g in gpu_types]
+    for column in SPEC_COLUMNS:
+        values = np.array([getattr(s, column) if s else np.nan for s in devices], dtype=float)
+        own = _number_column(rows, column)
+        values = values[many.gpu]
+        specs[column] = values if own is None else np.where(np.isnan(own), values, own)
+
+    amp = None
+    if "amp" in rows.columns:
+        amp = rows["amp"].astype("Float64").to_numpy(dtype=float, na_value=np.nan)
+    optional = {
+        c: rows[c].to_numpy(dtype=float) if c in rows.columns else None for c in OPTIONAL_NUMBERS
+    }
+    inputs = DesignInputs(
+        num_gpus=gpus.astype(float),
+        num_nodes=nodes.astype(float),
+        gpus_per_node=per_node.astype(float),
+        local_batch_size=bsz.astype(float),
+        t1=t1,
+        same=found[:, 0],
+        cross=found[:, 1],
+        log_t1_ref=found[:, 2],
+        comm=sync_seconds(moved, seconds_per_byte),
+        specs=specs,
+        amp=amp,
+        **optional,
+    )
+    columns, log_base = design_columns(inputs)
+    categories = features.jobs_
+    codes = categories.get_indexer(pd.Index(jobs, dtype=object))[many.job]
+    X = pd.DataFrame(columns, index=rows.index)
+    X["job"] = pd.Categorical.from_codes(codes, categories=categories)
+    return X, log_base

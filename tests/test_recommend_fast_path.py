@@ -1,0 +1,353 @@
+"""The many-row path of scaling prediction and the recommendation's array work answer exactly
+what the pandas code they replace answered: features and flags worked out once per distinct
+key (`predictor/scaling_fast.py` `ManyRows`) against `ScalingFeatures.transform` and
+`ScalingPredictor._flags` on the same frame; a candidate table's categorical text checked on
+its categories against the same table as text; and the optimizer's scoring, per-group best
+and reasons against the frame operations they replace (kept here as the reference)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import requires_data
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from perfcast import datasets
+from perfcast.datasets.contract import validate
+from perfcast.errors import ContractError
+from perfcast.features.scaling import distinct_groups, gpus_per_node_of, most_on_one_node
+from perfcast.optimizer import configs
+from perfcast.predictor import make_predictor
+from perfcast.predictor.scaling import _numbers
+from perfcast.predictor.scaling_fast import most_on_one_node_of, per_key
+
+pytestmark = requires_data
+
+
+@pytest.fixture(scope="module")
+def training_rows() -> pd.DataFrame:
+    return pd.concat(
+        [
+            datasets.load(name).assign(cluster=name.removesuffix("-scaling"))
+            for name in ("gavel-scaling", "muri-scaling")
+        ],
+        ignore_index=True,
+    )
+
+
+@pytest.fixture(scope="module")
+def model(training_rows: pd.DataFrame):
+    k80 = (training_rows["gpu_type"] == "k80") & (training_rows["num_gpus"] > 1)
+    return make_predictor("scaling", "gbm").fit(training_rows[~k80])  # k80: a new GPU's rows
+
+
+def frame_general(model, rows: pd.DataFrame):
+    """`ScalingPredictor._general` as it was: flags and features by pandas on the frame."""
+    flags = model._flags(rows, gpus_per_node_of(rows).to_numpy(dtype="int64"))
+    if flags["slower_links"].any():
+        slowest = model._slowest_links((rows["num_nodes"] > 1).to_numpy(), flags)
+        rows = rows.copy()
+        for column, values in slowest.items():
+            own = _numbers(rows, column)
+            rows[column] = values if own is None else np.where(np.isnan(values), own, values)
+    X, log_base = model.features_.transform(rows)
+    return rows, X, log_base, flags
+
+
+@st.composite
+def many_rows(draw, measured: pd.DataFrame) -> pd.DataFrame:
+    """33-120 rows (beyond the few-row path): measured rows, changed ones and invented ones,
+    drawn from a few distinct values each so that keys repeat, with or without the optional
+    columns a request may carry."""
+    base = measured.drop(columns="step_time_s").sample(
+        draw(st.integers(33, 120)), replace=True, random_state=draw(st.integers(0, 10**6))
+    )
+    rows = base.reset_index(drop=True)
+    n = len(rows)
+
+    def some(values: list) -> list:
+        return [draw(st.sampled_from(values)) for _ in range(n)]
+
+    if draw(st.booleans()):
+        spreads = [draw(st.lists(st.integers(0, 8), min_size=1, max_size=4)) for _ in range(4)]
+        spreads = [s if sum(s) and any(s) else [1] for s in spreads]
+        chosen = some(list(range(len(spreads))))
+        rows["num_nodes"] = [sum(d > 0 for d in spreads[i]) for i in chosen]
+        rows["num_gpus"] = [sum(spreads[i]) for i in chosen]
+        text = ["".join(map(str, spreads[i])) for i in chosen]
+        rows["placement"] = [t if draw(st.booleans()) else None for t in text]
+    if draw(st.booleans()):
+        rows["local_batch_size"] = some([1, 16, 32, 64, 128, 1000])
+    if draw(st.booleans()):
+        rows["job"] = some(["resnet18", "bert", "my-llama-7b", "vgg16", *rows["job"].unique()])
+    if draw(st.booleans()):
+        rows["gpu_type"] = some(["k80", "v100", "a100", "h100", "tpu-x", "p100"])
+    if draw(st.booleans()):
+        rows["cluster"] = some(["gavel", "muri", None, "elsewhere"])
+    for column in ("intra_node_bw_gbps", "inter_node_bw_gbps", "params_m"):
+        if draw(st.booleans()):
+            rows[column] = some([None, np.nan, 0.5, 300.0])
+    for column in ("peak_tflops_fp32", "mem_bw_gbps", "gflops_per_sample"):
+        if draw(st.booleans()):
+            rows[column] = some([None, 2.0, 900.0])
+    if draw(st.booleans()):
+        rows["amp"] = some([None, True, False])
+    if draw(st.booleans()):  # categorical text, as the optimizer's candidates hold it
+        for column in ("job", "gpu_type", "placement"):
+            if column in rows.columns:
+                rows[column] = rows[column].astype("category")
+    return rows
+
+
+def _assert_same(new: tuple, old: tuple) -> None:
+    rows_new, X_new, base_new, flags_new = new
+    rows_old, X_old, base_old, flags_old = old
+    pd.testing.assert_frame_equal(rows_new, rows_old, check_exact=True)
+    pd.testing.assert_frame_equal(X_new, X_old, check_exact=True)
+    np.testing.assert_array_equal(base_new, base_old)
+    assert flags_new.keys() == flags_old.keys()
+    for name, values in flags_old.items():
+        np.testing.assert_array_equal(flags_new[name], values, err_msg=name)
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(data=st.data())
+def test_many_rows_get_the_features_and_flags_of_the_frame_path(model, training_rows, data):
+    checked = model._check_rows(data.draw(many_rows(training_rows)))
+    _assert_same(model._general(checked), frame_general(model, checked))
+
+
+@settings(
+    max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    per_node=st.integers(1, 8),
+    nodes=st.integers(1, 12),
+    sizes=st.lists(st.sampled_from([8, 16, 32, 64, 128, 256]), min_size=1, max_size=3),
+    job=st.sampled_from(["resnet18", "bert", "vgg16", "my-llama-7b"]),
+    gpu=st.sampled_from(["v100", "k80", "a100"]),
+)
+def test_candidate_tables_are_predicted_as_their_text_frames(
+    model, per_node, nodes, sizes, job, gpu
+) -> None:
+    """The optimizer's candidates (categorical job, GPU type and placement) are checked and
+    predicted as the same table of text columns is."""
+    pools = [configs.GpuPool(gpu, gpus_per_node=per_node, nodes=nodes)]
+    candidates = configs.enumerate_candidates({"job": job}, pools, sizes)
+    assert isinstance(candidates["placement"].dtype, pd.CategoricalDtype)
+    text = candidates.astype({c: str for c in ("job", "gpu_type")})
+    text["placement"] = text["placement"].astype(object).where(text["placement"].notna(), None)
+    checked, checked_text = model._check_rows(candidates), model._check_rows(text)
+    pd.testing.assert_frame_equal(checked, checked_text, check_exact=True)
+    pd.testing.assert_frame_equal(
+        model.predict_interval(candidates), model.predict_interval(text), check_exact=True
+    )
+    _assert_same(model._general(checked), frame_general(model, checked_text))
+
+
+CATEGORICAL_CASES = {
+    "placement not digits": ("placement", ["4", "4a"], "placement"),
+    "placement that does not add up": ("placement", ["4", "3"], "placement"),
+    "upper-case GPU": ("gpu_type", ["v100", "V100"], "gpu_type"),
+    "missing job": ("job", ["resnet18", None], "job"),
+    "empty job": ("job", ["resnet18", ""], "job"),
+    "placement missing": ("placement", ["4", None], None),
+    "number categories": ("placement", [4, 4], None),
+}
+
+
+@pytest.mark.parametrize("case", CATEGORICAL_CASES.values(), ids=CATEGORICAL_CASES.keys())
+def test_categorical_text_is_checked_as_its_text(case) -> None:
+    """A categorical column passes, fails and is coerced as the same values as text do."""
+    column, values, bad = case
+    good = {"job": "resnet18", "gpu_type": "v100", "num_nodes": 1, "num_gpus": 4,
+            "placement": "4", "local_batch_size": 128, "step_time_s": 0.1}  # fmt: skip
+    frame = pd.DataFrame([good, {**good, column: values[1]}])
+    frame[column] = values
+    categorical = frame.assign(**{column: frame[column].astype("category")})
+    outcomes = []
+    for table in (frame, categorical):
+        try:
+            outcomes.append(validate(table, "scaling"))
+        except ContractError as err:
+            outcomes.append((str(err), err.row, err.column))
+    if bad is None:
+        pd.testing.assert_frame_equal(outcomes[1], outcomes[0], check_exact=True)
+    else:
+        assert outcomes[1] == outcomes[0] and outcomes[0][2] == bad
+
+
+@given(
+    st.lists(
+        st.one_of(
+            st.text(alphabet="0123456789", max_size=6),
+            st.text(alphabet="0123a٣\n ", max_size=4),
+            st.none(),
+        ),
+        max_size=30,
+    )
+)
+def test_most_on_one_node_of_many_texts_is_each_ones(texts: list) -> None:
+    want = np.array([most_on_one_node(t) for t in texts], dtype=float)
+    np.testing.assert_array_equal(most_on_one_node_of(texts), want)
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 3), st.integers(0, 4)), min_size=1, max_size=60),
+    st.booleans(),
+)
+def test_per_key_computes_once_per_key_dense_or_not(pairs: list, dense: bool) -> None:
+    a = np.array([p[0] for p in pairs], dtype=np.int64)
+    b = np.array([p[1] for p in pairs], dtype=np.int64)
+    radix = 5 if dense else 10**7  # past the dense table's size: distinct_groups
+    calls: list[tuple] = []
+
+    def compute(x: int, y: int) -> tuple[float, float]:
+        calls.append((x, y))
+        return x * 10.0 + y, -y
+
+    got = per_key([(a, 4), (b, radix)], compute, width=2)
+    np.testing.assert_array_equal(got[:, 0], a * 10.0 + b)
+    np.testing.assert_array_equal(got[:, 1], -b.astype(float))
+    assert len(calls) == len(set(calls)) == len(set(pairs))
+
+
+# The optimizer's code before its array work, the reference the new code is held to.
+
+
+def old_single_gpu_throughput(scored: pd.DataFrame) -> np.ndarray:
+    key = ["gpu_type", "local_batch_size"]
+    single = scored.loc[scored["num_gpus"] == 1, [*key, "throughput"]]
+    single = single.groupby(key, as_index=False)["throughput"].first()
+    return scored[key].merge(single, on=key, how="left")["throughput"].to_numpy()
+
+
+def old_best_per_group(group: np.ndarray, time: np.ndarray, cost: np.ndarray) -> np.ndarray:
+    order = np.lexsort((np.arange(len(group)), cost, time, group))
+    firsts = np.ones(len(order), dtype=bool)
+    firsts[1:] = group[order][1:] != group[order][:-1]
+    return order[firsts]
+
+
+def old_spread_penalty(scored: pd.DataFrame, row: object) -> str:
+    same = scored[
+        (scored["gpu_type"] == row.gpu_type)
+        & (scored["num_gpus"] == row.num_gpus)
+        & (scored["local_batch_size"] == row.local_batch_size)
+    ]
+    fewest = same.loc[same["num_nodes"].idxmin()]
+    if fewest["num_nodes"] == row.num_nodes or not np.isfinite(fewest["throughput"]):
+        return ""
+    loss = 1 - row.throughput / fewest["throughput"]
+    return (
+        f"; {row.num_nodes} nodes {'cost' if loss >= 0 else 'gain'} {abs(loss):.0%} throughput "
+        f"vs {fewest['num_nodes']}"
+    )
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 5),
+            st.sampled_from([1.0, 2.0, 2.0, 3.0, math.nan, math.inf]),
+            st.sampled_from([1.0, 1.0, 5.0, math.nan, -0.0, 0.0]),
+        ),
+        min_size=1,
+        max_size=50,
+    )
+)
+def test_best_per_group_is_the_first_of_each_group_in_sorted_order(rows: list) -> None:
+    group = np.array([r[0] for r in rows], dtype=np.int64)
+    time = np.array([r[1] for r in rows])
+    cost = np.array([r[2] for r in rows])
+    np.testing.assert_array_equal(
+        configs._best_per_group(group, time, cost), old_best_per_group(group, time, cost)
+    )
+
+
+class TableBackend:
+    """Step times drawn once per candidate (NaN and repeats included), with flags."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = np.random.default_rng(seed)
+
+    def predict(self, task: str, rows: pd.DataFrame) -> pd.DataFrame:
+        n = len(rows)
+        mid = self.rng.choice([0.1, 0.2, 0.25, 0.5, np.nan], size=n)
+        flags = self.rng.choice(["", "new_job", "extrapolated_gpus"], size=n)
+        columns = {"step_time_s": mid, "step_time_s_p10": mid / 2, "step_time_s_p90": mid * 2}
+        return pd.DataFrame({**columns, "flags": pd.array(flags, dtype="str")})
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    seed=st.integers(0, 10**6),
+    per_node=st.integers(1, 4),
+    nodes=st.integers(1, 6),
+    priced=st.booleans(),
+    samples=st.booleans(),
+)
+def test_scoring_and_reasons_equal_the_frame_operations(seed, per_node, nodes, priced, samples):
+    price = 2.5 if priced else None
+    pools = [
+        configs.GpuPool("v100", per_node, nodes, price),
+        configs.GpuPool("k80", per_node + 1, nodes, price),
+    ]
+    candidates = configs.enumerate_candidates({"job": "resnet18"}, pools, [16, 64])
+    work = configs.Work(samples=1e6) if samples else configs.Work(iterations=1e4)
+    scored = configs.score_candidates(candidates, TableBackend(seed), work)
+    np.testing.assert_array_equal(
+        configs._single_gpu_throughput(scored, scored["throughput"].to_numpy()),
+        old_single_gpu_throughput(scored),
+    )
+    np.testing.assert_array_equal(
+        scored["scaling_efficiency"].to_numpy(),
+        scored["throughput"].to_numpy()
+        / scored["num_gpus"].to_numpy()
+        / old_single_gpu_throughput(scored),
+    )
+    top = scored[np.isfinite(scored["step_time_s"])].head(8)
+    related = configs._Related(scored, top)
+    for row in top.itertuples(index=False):
+        assert related.spread_penalty(row) == old_spread_penalty(scored, row)
+
+
+def old_distinct_groups(columns: list) -> tuple[np.ndarray, np.ndarray]:
+    combined = np.zeros(len(columns[0]), dtype=np.int64)
+    for column in columns:
+        text = isinstance(column, pd.Series) and isinstance(column.dtype, pd.StringDtype)
+        values = column.array if text else np.asarray(column)
+        codes, uniques = pd.factorize(values, use_na_sentinel=False)
+        combined = pd.factorize(combined * (len(uniques) + 1) + codes)[0]
+    _, first, inverse = np.unique(combined, return_index=True, return_inverse=True)
+    return inverse.reshape(-1), first
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 4), st.sampled_from(["a", "b", None]), st.sampled_from([1.0, np.nan])
+        ),
+        max_size=60,
+    )
+)
+def test_groups_are_numbered_as_np_unique_numbered_them(rows: list) -> None:
+    """`distinct_groups` without np.unique's sort: the same codes and first rows."""
+    columns = [
+        np.array([r[0] for r in rows], dtype=np.int64),
+        pd.Series([r[1] for r in rows], dtype="str"),
+        np.array([r[2] for r in rows], dtype=float),
+    ]
+    if not rows:
+        return
+    codes, first = distinct_groups(columns)
+    want_codes, want_first = old_distinct_groups(columns)
+    np.testing.assert_array_equal(codes, want_codes)
+    np.testing.assert_array_equal(first, want_first)
+    assert codes.dtype == want_codes.dtype
