@@ -50,6 +50,9 @@ def create_app(settings: Settings | None = None, models: ServedModels | None = N
         version="1",
         docs_url=None,  # served from local assets by serving/docs.py
         redoc_url=None,
+        # the service's telemetry is its Prometheus metrics (serving/metrics.py); FastAPI's
+        # OpenTelemetry hooks asked the global OTel providers on every request (none is set)
+        telemetry={"tracing": False, "metrics": False, "logs": False},
     )
     docs.install(app)
     app.state.settings, app.state.models, app.state.metrics = settings, models, metrics

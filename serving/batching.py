@@ -102,9 +102,9 @@ class PredictionBatcher:
             try:
                 self.calls += 1
                 requests = [i.rows for i in batch]
-                if sum(map(len, requests)) <= INLINE_ROWS:
+                inline = sum(map(len, requests)) <= INLINE_ROWS
+                if inline:
                     out = self._predict_all(task, requests)
-                    await asyncio.sleep(0)  # let the loop read what arrived meanwhile
                 else:
                     out = await run_in_threadpool(self._predict_all, task, requests)
             except Exception as err:
@@ -121,6 +121,8 @@ class PredictionBatcher:
                 continue
             for item, part in zip(batch, out, strict=True):
                 _settle(item.future, result=part)
+            if inline:  # answered first, then let the loop read what arrived meanwhile
+                await asyncio.sleep(0)
             return
 
     def _predict_all(self, task: str, requests: list[Rows]) -> list[Columns]:

@@ -7,10 +7,11 @@ fast paths (`POST /v1/predict/<task>` without FastAPI's request machinery: see
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 
 import anyio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -114,9 +115,15 @@ class ServiceMiddleware:
             if too_big:
                 await _reject(send, 413, self._message(int(declared)), close=True)
                 return
+        # uvicorn has usually parsed a small request's body with its headers, before the app
+        # starts: then no timer is needed to read it
+        ready, first = _ready(receive)
         try:
-            async with asyncio.timeout(self.read_timeout_s):
-                body = await self._read(receive)
+            if ready and first is not None and not first.get("more_body", False):
+                body = await self._read(receive, first)
+            else:
+                async with asyncio.timeout(self.read_timeout_s):
+                    body = await self._read(receive, first)
         except TimeoutError:
             message = f"the request body did not arrive within {self.read_timeout_s:g} s"
             await _reject(send, 408, message, close=True)
@@ -149,10 +156,13 @@ class ServiceMiddleware:
 
         await self.app(scope, replay, send)
 
-    async def _read(self, receive: Receive) -> bytes | None:
-        chunks, size = [], 0
+    async def _read(self, receive: Receive, first: Message | None = None) -> bytes | None:
+        """The whole body, `first` its first message when already received; None when the
+        client went away mid-body."""
+        chunks, size, message = [], 0, first
         while True:
-            message = await receive()
+            if message is None:
+                message = await receive()
             if message["type"] == "http.disconnect":
                 return None
             chunk = message.get("body", b"")
@@ -162,6 +172,7 @@ class ServiceMiddleware:
             chunks.append(chunk)
             if not message.get("more_body", False):
                 return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+            message = None
 
     def _message(self, size: int, streamed: bool = False) -> str:
         what = "more than" if streamed else ""
@@ -205,6 +216,21 @@ async def _reject(
     await send({"type": "http.response.body", "body": body})
 
 
+def _ready(receive: Receive) -> tuple[bool, Message | None]:
+    """(True, the message) when `receive` has one ready now; (False, None) when it would wait,
+    and nothing is consumed (the call is abandoned before it takes a message; a `receive`
+    that is not a coroutine function is not called at all)."""
+    if not inspect.iscoroutinefunction(receive):
+        return False, None
+    pending = receive()
+    try:
+        pending.send(None)
+    except StopIteration as ready:
+        return True, ready.value
+    pending.close()  # it waits for the next message
+    return False, None
+
+
 def disconnected(receive: Receive) -> Callable[[], Awaitable[bool]]:
     """`gone()`: whether the client has left, from a message `receive` has ready now (as
     Starlette's `Request.is_disconnected`, which gets it under a cancelled anyio scope: a tenth
@@ -214,18 +240,13 @@ def disconnected(receive: Receive) -> Callable[[], Awaitable[bool]]:
     async def gone() -> bool:
         nonlocal left
         if not left:
-            pending, message = receive(), None
-            if not isinstance(pending, Coroutine):  # some other awaitable: Starlette's way
+            if inspect.iscoroutinefunction(receive):
+                message = _ready(receive)[1]
+            else:  # Starlette's way
+                message = None
                 with anyio.CancelScope() as cancelled:
                     cancelled.cancel()
-                    message = await pending
-            else:
-                try:
-                    pending.send(None)
-                except StopIteration as ready:
-                    message = ready.value
-                else:  # it waits for the next message: nothing has happened
-                    pending.close()
+                    message = await receive()
             left = isinstance(message, dict) and message.get("type") == "http.disconnect"
         return left
 

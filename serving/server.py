@@ -44,6 +44,7 @@ def header_timeout_protocol(seconds: float, base: type = _Default) -> type[async
             self._header_timer: asyncio.TimerHandle | None = None
             self._cycle_before: object = None
             super().connection_made(transport)
+            self.transport = OneWriteTransport(transport, self.loop)  # request cycles too
             self._arm()
 
         def data_received(self, data: bytes) -> None:
@@ -78,6 +79,49 @@ def header_timeout_protocol(seconds: float, base: type = _Default) -> type[async
             self.transport.close()
 
     return HeaderTimeoutProtocol
+
+
+class OneWriteTransport:
+    """A connection's transport that sends a response's head and body in one write.
+
+    uvicorn writes the status line and headers when the app starts its answer, then the body:
+    two writes, so two TCP segments (its sockets are TCP_NODELAY) and two wake-ups of the
+    client for one small JSON answer. A write that is a head (`HTTP/...` to the blank line) is
+    held and goes out with the next write, the body, which the app sends at once; a held head
+    is sent at the latest at the event loop's next step (a HEAD answer has no body write; a
+    stream may send its body later) and before the connection closes."""
+
+    __slots__ = ("_held", "_loop", "_transport")
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport, self._loop = transport, loop
+        self._held: bytes | None = None
+
+    def write(self, data: bytes) -> None:
+        if self._held is not None:
+            data, self._held = self._held + data, None
+        elif data[:5] == b"HTTP/" and data[-4:] == b"\r\n\r\n":
+            self._held = data
+            self._loop.call_soon(self.flush)
+            return
+        self._transport.write(data)
+
+    def flush(self) -> None:
+        if self._held is not None:
+            data, self._held = self._held, None
+            if not self._transport.is_closing():
+                self._transport.write(data)
+
+    def close(self) -> None:
+        self.flush()
+        self._transport.close()
+
+    def abort(self) -> None:
+        self._held = None
+        self._transport.abort()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
 
 
 def config(

@@ -159,3 +159,87 @@ def test_the_load_generator_reads_whole_answers_on_a_kept_connection() -> None:
     assert len(connections) == 1  # the three requests on one kept connection
     assert _checked(200, b'{"predictions": []}', rows=1) == "HTTP 200 without its predictions"
     assert _checked(500, b"oops", rows=1) == "HTTP 500 without a JSON body"
+
+
+class _Transport:
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(data)
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_a_response_head_leaves_with_its_body_in_one_write() -> None:
+    from perfcast.serving.server import OneWriteTransport
+
+    head = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n"
+
+    async def scenario() -> list[list[bytes]]:
+        loop = asyncio.get_running_loop()
+        seen = []
+        raw = _Transport()
+        transport = OneWriteTransport(raw, loop)
+        transport.write(head)
+        transport.write(b"{}")  # the body, at once: one write
+        seen.append(list(raw.writes))
+        raw.writes.clear()
+        transport.write(head.replace(b"2", b"0"))  # a HEAD answer: no body write follows
+        seen.append(list(raw.writes))
+        await asyncio.sleep(0)  # the loop's next step sends it alone
+        seen.append(list(raw.writes))
+        raw.writes.clear()
+        transport.write(head)
+        transport.close()  # closing sends what is held first
+        seen.append([*raw.writes, raw.closed])
+        return seen
+
+    one, held, flushed, closed = asyncio.run(scenario())
+    assert one == [head + b"{}"]
+    assert held == [] and flushed == [head.replace(b"2", b"0")]
+    assert closed == [head, True]
+
+
+def test_head_requests_and_kept_connections_through_uvicorn() -> None:
+    import socket
+    import threading
+    import time
+
+    import uvicorn
+    from fastapi import FastAPI
+
+    from perfcast.serving import server
+
+    app = FastAPI()
+
+    @app.api_route("/ping", methods=["GET", "HEAD"])
+    async def ping() -> dict:
+        return {"ok": True}
+
+    config = server.config(app, Settings(), port=0, log_level="error")
+    running = uvicorn.Server(config)
+    thread = threading.Thread(target=running.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not (running.started and running.servers) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    port = running.servers[0].sockets[0].getsockname()[1]
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            sock.sendall(b"HEAD /ping HTTP/1.1\r\nHost: t\r\n\r\n")
+            head = sock.recv(4096)
+            assert head.startswith(b"HTTP/1.1 200") and head.endswith(b"\r\n\r\n"), head
+            sock.sendall(b"GET /ping HTTP/1.1\r\nHost: t\r\n\r\n")  # same connection
+            answer = b""
+            while not answer.endswith(b'{"ok":true}'):
+                answer += sock.recv(4096)
+            assert answer.startswith(b"HTTP/1.1 200")
+    finally:
+        running.should_exit = True
+        thread.join(10)
