@@ -118,6 +118,20 @@ def test_placement_keeps_jobs_on_the_fewest_nodes(workload):
     assert {(1, 0), (1, 1), (1, 2)} <= set(a.gpus)
 
 
+def test_a_grow_past_its_own_node_takes_no_gpu_twice(workload):
+    """The free GPUs of the job's own node, already taken, are not offered again for the
+    rest (a job was once placed on 16 slots holding 12 GPUs: its step time was NaN)."""
+    jobs = JobTable()
+    ctx = RoundContext(0.0, ClusterState(ClusterSpec.parse("3x4:t4")), jobs)
+    a, b = (jobs.add(job) for job in workload.jobs[:2])
+    ctx.commit(Run(a.job_id, ((1, 0), (1, 1)), a.job.batch_size))
+    ctx.commit(Run(b.job_id, ((0, 0), (0, 1), (0, 2), (0, 3)), b.job.batch_size))
+    PackingPlacement().place(
+        [Allocation(a.job_id, 5, a.batch_size), Allocation(b.job_id, 4, b.batch_size)], ctx
+    )
+    assert a.num_gpus == 5 and len(set(a.gpus)) == 5
+
+
 def test_a_positive_fairness_power_is_refused():
     with pytest.raises(PolicyOptionError, match=r"fairness=0\.5"):
         make_policy("pollux", fairness=0.5)

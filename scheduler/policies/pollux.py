@@ -99,14 +99,14 @@ class PackingPlacement(ConsolidatedPlacement):
         slots = list(state.gpus)
         for node in sorted(own, key=lambda i: (-own[i], i)):  # its own nodes first
             slots += cluster.free_slots(node)[: n - len(slots)]
-        if len(slots) < n:
-            extra = cluster.find_free(n - len(slots), alloc.gpu_type)
-            if extra is None:
-                return
-            slots += extra
+        if len(slots) < n:  # then other nodes, the fewest (the free GPUs of its own are taken)
+            others = {i: room[i] for i in room if not own[i]}
+            slots += packed_slots(cluster, others, Counter(), (), n - len(slots))
         fewest = nodes_needed(sorted(room.values(), reverse=True), n)
         if len({node for node, _ in slots}) > fewest:  # move onto the fewest nodes
             slots = packed_slots(cluster, room, own, state.gpus, n)
+        if len(set(slots)) != n:
+            raise AssertionError(f"pollux placed {state.job_id} on {slots} for {n} GPUs")
         if set(slots) != set(state.gpus) or alloc.batch_size != state.batch_size:
             ctx.commit(Resize(state.job_id, tuple(slots), alloc.batch_size))
 
