@@ -162,10 +162,13 @@ class Http11Connection:
 
 def _checked(status: int, payload: bytes, rows: int) -> int | str:
     """The answer's status, once its JSON body is parsed: a 200 must hold one prediction per
-    row with its interval, any other status a `detail`; else what was wrong with it."""
+    row with its interval, any other status a `detail` (or be uvicorn's own plain-text 503 past
+    its `limit_concurrency`); else what was wrong with it."""
     try:
         answer = json.loads(payload)
     except ValueError:
+        if status == 503 and payload == b"Service Unavailable":
+            return status
         return f"HTTP {status} without a JSON body"
     if status == 200:
         predictions = answer.get("predictions") if isinstance(answer, dict) else None

@@ -159,6 +159,7 @@ def test_the_load_generator_reads_whole_answers_on_a_kept_connection() -> None:
     assert len(connections) == 1  # the three requests on one kept connection
     assert _checked(200, b'{"predictions": []}', rows=1) == "HTTP 200 without its predictions"
     assert _checked(500, b"oops", rows=1) == "HTTP 500 without a JSON body"
+    assert _checked(503, b"Service Unavailable", rows=1) == 503  # uvicorn's own, past its limit
 
 
 class _Transport:
