@@ -180,7 +180,7 @@ class ScalingPredictor(TaskPredictor):
         X, log_base, _ = few_row_design(self.features_, table)
         return table, X, log_base, flags
 
-    def _general(self, rows: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, np.ndarray, dict]:
+    def _general(self, rows: pd.DataFrame) -> tuple[pd.DataFrame, FewRowFeatures, np.ndarray, dict]:
         """Flags and features of a checked frame of any size, each lookup once per distinct
         key (`scaling_fast.ManyRows`): what `_flags` and `features_.transform` answer."""
         many = ManyRows.of(rows)

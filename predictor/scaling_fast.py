@@ -461,8 +461,49 @@ def many_row_flags(predictor: ScalingPredictor, many: ManyRows) -> dict[str, np.
     }
 
 
-def many_row_design(features: ScalingFeatures, many: ManyRows) -> tuple[pd.DataFrame, np.ndarray]:
-    """(X, log_base) as `features.transform(many.rows)` gives them."""
+@dataclass(frozen=True)
+class ManyRowFeatures(FewRowFeatures):
+    """`FewRowFeatures` of many rows: `jobs` holds the distinct jobs (None for one outside
+    `categories`), `job_codes` each row's position in it and `category_codes` each row's
+    code in `categories` (-1 outside). The gbm models get their float matrix straight from
+    the columns (no frame made, masked and stacked again), the other families the frame."""
+
+    job_codes: np.ndarray | None = None
+    category_codes: np.ndarray | None = None
+
+    def frame(self) -> pd.DataFrame:
+        index = pd.RangeIndex(len(self.job_codes)) if self.index is None else self.index
+        X = pd.DataFrame(self.columns, index=index)
+        X["job"] = pd.Categorical.from_codes(self.category_codes, categories=self.categories)
+        return X
+
+    def matrix(self, gbm: QuantileGBM, mask: np.ndarray) -> np.ndarray:
+        """The rows `mask` as `gbm` takes them: `QuantileGBM.columns_matrix` of the distinct
+        jobs gives each one's code in the job column, broadcast to the rows."""
+        names = list(gbm.models_[0].feature_name_)
+        every = bool(mask.all())
+        rows = self.job_codes if every else self.job_codes[mask]
+        if not names:
+            return np.empty((len(rows), 0))
+        if "job" in names:
+            dummy = {name: np.zeros(len(self.jobs)) for name in self.columns}
+            per_job = gbm.columns_matrix(dummy, {"job": self.jobs})[:, names.index("job")]
+        columns = [
+            per_job[rows]
+            if name == "job"
+            else (self.columns[name] if every else self.columns[name][mask])
+            for name in names
+        ]
+        # column-major: each column copied once, as LightGBM reads either layout (the same
+        # numbers, the same leaves); no interleaving of 10^5 rows into a row-major matrix
+        return np.stack(columns).T
+
+
+def many_row_design(
+    features: ScalingFeatures, many: ManyRows
+) -> tuple[ManyRowFeatures, np.ndarray]:
+    """(X, log_base) as `features.transform(many.rows)` gives them (X as columns: its
+    `frame()` is that frame)."""
     rows, n = many.rows, len(many.job)
     jobs, gpu_types = many.jobs, many.gpu_types
     job_pair, gpu_pair = many._pair()
@@ -540,7 +581,13 @@ def many_row_design(features: ScalingFeatures, many: ManyRows) -> tuple[pd.DataF
     )
     columns, log_base = design_columns(inputs)
     categories = features.jobs_
-    codes = categories.get_indexer(pd.Index(jobs, dtype=object))[many.job]
-    X = pd.DataFrame(columns, index=rows.index)
-    X["job"] = pd.Categorical.from_codes(codes, categories=categories)
+    known = categories.get_indexer(pd.Index(jobs, dtype=object))
+    X = ManyRowFeatures(
+        columns,
+        [job if code >= 0 else None for job, code in zip(jobs, known.tolist(), strict=True)],
+        categories,
+        rows.index,
+        job_codes=many.job,
+        category_codes=known[many.job],
+    )
     return X, log_base
