@@ -241,7 +241,9 @@ def validate(df: pd.DataFrame, kind: str, *, source: str | None = None) -> pd.Da
             file=source,
             column=missing[0],
         )
-    df = _normalize_booleans(df.reset_index(drop=True).copy(), schema)
+    # copy-on-write (always, from pandas 3): a new frame the caller's never sees written to,
+    # without copying 10^5 rows eagerly
+    df = _normalize_booleans(df.reset_index(drop=True), schema)
     _check_whole_numbers(df, schema, source)
     placements = None  # a categorical placement column's codes and categories, before coercion
     if kind == "scaling" and "placement" in df.columns:

@@ -388,7 +388,10 @@ class ManyRows:
     def links(self, stated: Sequence[np.ndarray | None]) -> np.ndarray:
         """(intra_node_bw_gbps, inter_node_bw_gbps) per row as `interconnect_frame` finds them,
         `stated`: the rows' own values of the two columns (None: absent)."""
-        links = self.link_facts[self.gpu * len(self.clusters) + self.cluster]
+        if len(self.link_facts) == 1:  # one GPU type and cluster: no codes to look up
+            links = np.repeat(self.link_facts, len(self.gpu), axis=0)
+        else:
+            links = self.link_facts[self.gpu * len(self.clusters) + self.cluster]
         for k, own in enumerate(stated):
             if own is not None:
                 links[:, k] = np.where(own > 0, own, links[:, k])
