@@ -36,6 +36,7 @@ from perfcast.predictor.scaling_fast import (
     gpus_per_node,
     many_row_design,
     many_row_flags,
+    radix_groups,
     row_links,
 )
 
@@ -344,7 +345,7 @@ class ScalingPredictor(TaskPredictor):
             configs = list(zip(*(np.asarray(c).tolist() for c in columns), strict=True))
             if len(set(configs)) == len(configs):
                 return unchanged
-        group, first = distinct_groups(columns)
+        group, first = radix_groups(columns)
         if len(first) == len(mid):  # no two rows share a configuration: nothing to compare
             return unchanged
         gpu_types = rows["gpu_type"]  # a Series stays one (its strings hashed as stored)
@@ -362,10 +363,13 @@ class ScalingPredictor(TaskPredictor):
         specs = spec_frame(pd.Series(gpu_names))
         flops, bw = specs["peak_tflops_fp32"].to_numpy(), specs["mem_bw_gbps"].to_numpy()
         at_least = (flops[:, None] >= flops[None, :]) & (bw[:, None] >= bw[None, :])
-        cell = distinct_groups([group, bsz])[0]
+        faster = np.flatnonzero(at_least.sum(axis=1) > 1)
+        if not faster.size:  # no GPU type at least as fast as another: nothing to lower
+            return guarded, guarded != mid
+        cell = radix_groups([group, bsz])[0]
         table = np.full((cell.max() + 1, len(gpu_names)), np.inf)
         np.minimum.at(table, (cell, gpu), guarded)
-        for code in np.flatnonzero(at_least.sum(axis=1) > 1):
+        for code in faster:
             these = np.flatnonzero((gpu == code) & free)
             ceiling = table[cell[these]][:, at_least[code]].min(axis=1)
             guarded[these] = np.minimum(guarded[these], ceiling)

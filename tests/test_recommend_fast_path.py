@@ -19,11 +19,17 @@ from hypothesis import strategies as st
 from perfcast import datasets
 from perfcast.datasets.contract import validate
 from perfcast.errors import ContractError
+from perfcast.features.devices import spec_frame
 from perfcast.features.scaling import distinct_groups, gpus_per_node_of, most_on_one_node
 from perfcast.optimizer import configs
 from perfcast.predictor import make_predictor
-from perfcast.predictor.scaling import _numbers
-from perfcast.predictor.scaling_fast import most_on_one_node_of, per_key
+from perfcast.predictor.scaling import ScalingPredictor, _numbers
+from perfcast.predictor.scaling_fast import (
+    FEW_ROWS,
+    most_on_one_node_of,
+    per_key,
+    radix_groups,
+)
 
 pytestmark = requires_data
 
@@ -358,3 +364,114 @@ def test_groups_are_numbered_as_np_unique_numbered_them(rows: list) -> None:
     np.testing.assert_array_equal(codes, want_codes)
     np.testing.assert_array_equal(first, want_first)
     assert codes.dtype == want_codes.dtype
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 40),
+            st.integers(-2, 3),
+            st.sampled_from([1.0, 2.0, 0.0, -0.0, 0.5, np.nan, 2.0**60]),
+            st.sampled_from(["a", "b", None]),
+            st.sampled_from([0, 10**9, 10**15]),
+        ),
+        max_size=60,
+    ),
+    st.lists(st.integers(0, 4), min_size=1, max_size=5),
+)
+def test_radix_groups_are_distinct_groups(rows: list, picks: list) -> None:
+    """`radix_groups` numbers the groups as `distinct_groups` does, whichever the columns:
+    whole numbers (dense and not, negative), floats (fractional, NaN, -0.0, huge), text and
+    categoricals with missing values, and combinations past an int64 (the fallback)."""
+    if not rows:
+        return
+    text = [r[3] for r in rows]
+    choices = [
+        np.array([r[0] for r in rows], dtype=np.int64),
+        np.array([r[1] for r in rows], dtype=np.int64),
+        np.array([r[2] for r in rows], dtype=float),
+        pd.Series(text, dtype="str"),
+        pd.Series(text, dtype="category"),
+        np.array([r[4] for r in rows], dtype=np.int64),
+    ]
+    columns = [choices[i] for i in picks] + [choices[5] if len(picks) > 3 else choices[0]]
+    codes, first = radix_groups(columns)
+    want_codes, want_first = distinct_groups(columns)
+    np.testing.assert_array_equal(codes, want_codes)
+    np.testing.assert_array_equal(first, want_first)
+    assert codes.dtype == want_codes.dtype and first.dtype == want_first.dtype
+
+
+def old_monotonic(rows, per_node, mid, measured, groups=None):
+    """`ScalingPredictor._monotonic` as it was (`distinct_groups`, the GPU table always)."""
+    unchanged = mid, np.zeros(len(mid), dtype=bool)
+    columns = [rows["job"], rows["num_gpus"], rows["num_nodes"], per_node]
+    if groups is not None:
+        columns.append(np.asarray(groups))
+    if len(mid) <= FEW_ROWS:
+        configs_ = list(zip(*(np.asarray(c).tolist() for c in columns), strict=True))
+        if len(set(configs_)) == len(configs_):
+            return unchanged
+    group, first = distinct_groups(columns)
+    if len(first) == len(mid):
+        return unchanged
+    gpu_types = rows["gpu_type"]
+    if not isinstance(gpu_types, pd.Series):
+        gpu_types = np.asarray(gpu_types, dtype=object)
+    gpu, gpu_names = pd.factorize(gpu_types)
+    bsz = np.asarray(rows["local_batch_size"], dtype=float)
+    free = ~measured
+    guarded = mid.copy()
+    order = np.lexsort((bsz, gpu, group))
+    floor = pd.Series(guarded[order]).groupby([group[order], gpu[order]]).cummax().to_numpy()
+    guarded[order[free[order]]] = floor[free[order]]
+    specs = spec_frame(pd.Series(gpu_names))
+    flops, bw = specs["peak_tflops_fp32"].to_numpy(), specs["mem_bw_gbps"].to_numpy()
+    at_least = (flops[:, None] >= flops[None, :]) & (bw[:, None] >= bw[None, :])
+    cell = distinct_groups([group, bsz])[0]
+    table = np.full((cell.max() + 1, len(gpu_names)), np.inf)
+    np.minimum.at(table, (cell, gpu), guarded)
+    for code in np.flatnonzero(at_least.sum(axis=1) > 1):
+        these = np.flatnonzero((gpu == code) & free)
+        ceiling = table[cell[these]][:, at_least[code]].min(axis=1)
+        guarded[these] = np.minimum(guarded[these], ceiling)
+    return guarded, guarded != mid
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["resnet18", "bert", None]),
+            st.sampled_from(["v100", "k80", "a100", "p100"]),
+            st.integers(1, 3),
+            st.integers(1, 2),
+            st.integers(1, 4),
+            st.sampled_from([16, 32, 64, 128]),
+            st.floats(0.01, 10) | st.just(np.nan),
+            st.booleans(),
+        ),
+        min_size=1,
+        max_size=80,
+    ),
+    st.booleans(),
+    st.booleans(),
+    st.booleans(),
+)
+def test_monotonic_guard_answers_as_before(rows: list, categorical, grouped, many) -> None:
+    frame = pd.DataFrame(
+        rows,
+        columns=["job", "gpu_type", "num_gpus", "num_nodes", "per_node", "local_batch_size",
+                 "mid", "measured"],
+    )  # fmt: skip
+    frame["job"] = frame["job"].astype("category" if categorical else "str")
+    frame["gpu_type"] = frame["gpu_type"].astype("category" if categorical else "str")
+    if many:  # past FEW_ROWS: the pandas path, the rows repeated
+        frame = pd.concat([frame] * (FEW_ROWS // len(frame) + 1), ignore_index=True)
+    per_node = frame["per_node"].to_numpy(dtype=np.int64)
+    mid, measured = frame["mid"].to_numpy(), frame["measured"].to_numpy()
+    groups = list(np.arange(len(frame)) % 3) if grouped else None
+    got = ScalingPredictor._monotonic(frame, per_node, mid, measured, groups)
+    want = old_monotonic(frame, per_node, mid, measured, groups)
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[1], want[1])
