@@ -357,12 +357,7 @@ def _diverse_front(scored: pd.DataFrame, ranked: np.ndarray, top_k: int) -> np.n
     group = kind * (int(gpus.max()) + 1) + gpus.astype(np.int64)
     candidates = _best_per_group(group, time, cost)
     candidates = candidates[np.lexsort((gpus[candidates], cost[candidates], time[candidates]))]
-    front: list[int] = []
-    for i in candidates:  # by time: a point is dominated by an earlier one cheaper on both
-        kept = np.asarray(front, dtype=np.int64)
-        if front and ((cost[kept] <= cost[i]) & (gpus[kept] <= gpus[i])).any():
-            continue
-        front.append(int(i))
+    front = _pareto_front(candidates, cost, gpus)
     points = np.log(np.column_stack([time, cost, gpus])[front])
     span = np.ptp(points, axis=0)
     points = points / np.where(span > 0, span, 1.0)
@@ -377,6 +372,28 @@ def _diverse_front(scored: pd.DataFrame, ranked: np.ndarray, top_k: int) -> np.n
     while len(chosen) < min(top_k, len(ranked)):
         chosen.append(next(rest))
     return np.array(sorted(chosen), dtype=np.int64)
+
+
+def _pareto_front(candidates: np.ndarray, cost: np.ndarray, gpus: np.ndarray) -> list[int]:
+    """The `candidates` (by time) no earlier one dominates: one at most as costly on as few
+    GPUs or fewer. An earlier point dropped was itself dominated by a kept one, which then
+    dominates what it dominates, so comparing against every earlier point (all at once, up to
+    FRONT_BLOCK candidates) keeps what comparing against the kept ones kept."""
+    if len(candidates) > FRONT_BLOCK:
+        front: list[int] = []
+        for i in candidates:  # by time: a point is dominated by an earlier one cheaper on both
+            kept = np.asarray(front, dtype=np.int64)
+            if front and ((cost[kept] <= cost[i]) & (gpus[kept] <= gpus[i])).any():
+                continue
+            front.append(int(i))
+        return front
+    c, g = cost[candidates], gpus[candidates]
+    earlier = np.tri(len(candidates), k=-1, dtype=bool)  # [i, j]: j before i
+    dominated = (earlier & (c[None, :] <= c[:, None]) & (g[None, :] <= g[:, None])).any(axis=1)
+    return [int(i) for i in candidates[~dominated]]
+
+
+FRONT_BLOCK = 2048
 
 
 def _best_per_group(group: np.ndarray, time: np.ndarray, cost: np.ndarray) -> np.ndarray:

@@ -475,3 +475,38 @@ def test_monotonic_guard_answers_as_before(rows: list, categorical, grouped, man
     want = old_monotonic(frame, per_node, mid, measured, groups)
     np.testing.assert_array_equal(got[0], want[0])
     np.testing.assert_array_equal(got[1], want[1])
+
+
+def old_pareto_front(candidates: np.ndarray, cost: np.ndarray, gpus: np.ndarray) -> list[int]:
+    front: list[int] = []
+    for i in candidates:
+        kept = np.asarray(front, dtype=np.int64)
+        if front and ((cost[kept] <= cost[i]) & (gpus[kept] <= gpus[i])).any():
+            continue
+        front.append(int(i))
+    return front
+
+
+@given(
+    st.lists(
+        st.tuples(st.sampled_from([1.0, 2.0, 3.0, 2.5, np.nan, np.inf]), st.integers(1, 6)),
+        max_size=40,
+    ),
+    st.randoms(use_true_random=False),
+    st.booleans(),
+)
+def test_pareto_front_keeps_what_the_loop_kept(points: list, random, blocked: bool) -> None:
+    """Dominance against every earlier candidate at once (or, past FRONT_BLOCK, the loop)
+    keeps the candidates the loop over the kept ones kept, ties and NaN included."""
+    cost = np.array([p[0] for p in points], dtype=float)
+    gpus = np.array([p[1] for p in points], dtype=float)
+    candidates = np.arange(len(points), dtype=np.int64)
+    random.shuffle(candidates)
+    block = configs.FRONT_BLOCK
+    try:
+        configs.FRONT_BLOCK = 3 if blocked else block
+        got = configs._pareto_front(candidates, cost, gpus)
+    finally:
+        configs.FRONT_BLOCK = block
+    assert got == old_pareto_front(candidates, cost, gpus)
+    assert all(type(i) is int for i in got)
