@@ -13,6 +13,11 @@ qualifies, so on the clusters seen in calibration the blend is never worse than 
 scaling. The interval is the blend's p50 moved by the p10 and p90 of its log errors on the
 held-out clusters (each weighing the same), so it covers what a new cluster's errors were.
 
+The correction enters the blend clipped to the central CORRECTION_RANGE of the corrections
+the weights were calibrated on (each fold weighing the same): the weights were only checked
+there, and a network's correction can run far beyond it on a GPU and network unlike any it
+saw (fcn, on gavel's K80s across nodes: 2.4 in log, 11x, where calibration saw at most 1.6).
+
 Rows on one node and rows across nodes get a blend each (`calibrate_by_spread`): their
 synchronization crosses different links, the intra-node link a GPU type's server fixes
 (NVLink, PCIe generation) and the network, which differs from cluster to cluster and is the
@@ -22,13 +27,14 @@ fact most often assumed, so how far the physics carries over differs between the
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from perfcast.predictor.regressors import QUANTILES
 
 WEIGHT_GRID = np.linspace(0.0, 1.0, 11)
+CORRECTION_RANGE = (0.05, 0.95)
 
 
 @dataclass(frozen=True)
@@ -47,17 +53,24 @@ class HeldOutCluster:
             self.log_y[keep], self.log_t1[keep], self.log_base[keep], self.correction[keep]
         )
 
+    def clipped(self, lo: float, hi: float) -> HeldOutCluster:
+        return replace(self, correction=np.clip(self.correction, lo, hi))
+
 
 @dataclass(frozen=True)
 class NewClusterBlend:
-    """The learned weights and the log-space offsets of p10 and p90 from p50."""
+    """The learned weights, the log-space offsets of p10 and p90 from p50, and the range the
+    correction is clipped to."""
 
     physics_weight: float
     correction_weight: float
     p10_offset: float
     p90_offset: float
+    correction_lo: float = -np.inf
+    correction_hi: float = np.inf
 
     def p50(self, log_t1: np.ndarray, log_base: np.ndarray, correction: np.ndarray) -> np.ndarray:
+        correction = np.clip(correction, self.correction_lo, self.correction_hi)
         return blend(log_t1, log_base, correction, self.physics_weight, self.correction_weight)
 
 
@@ -91,13 +104,20 @@ def calibrate(folds: list[HeldOutCluster]) -> NewClusterBlend:
     """The blend and its interval offsets from the held-out clusters (at least one)."""
     if not folds:
         raise ValueError("calibrating a new cluster's blend needs at least one held-out cluster")
+    shares = [np.full(len(fold.correction), 1.0 / len(fold.correction)) for fold in folds]
+    c_lo, c_hi = weighted_quantiles(
+        np.concatenate([fold.correction for fold in folds]),
+        np.concatenate(shares),
+        CORRECTION_RANGE,
+    )
+    folds = [fold.clipped(c_lo, c_hi) for fold in folds]
     a, b = choose_weights(folds)
     errors = [
         fold.log_y - blend(fold.log_t1, fold.log_base, fold.correction, a, b) for fold in folds
     ]
     weights = [np.full(len(e), 1.0 / len(e)) for e in errors]
     lo, hi = weighted_quantiles(np.concatenate(errors), np.concatenate(weights), QUANTILES[::2])
-    return NewClusterBlend(a, b, min(lo, 0.0), max(hi, 0.0))
+    return NewClusterBlend(a, b, min(lo, 0.0), max(hi, 0.0), c_lo, c_hi)
 
 
 def calibrate_by_spread(folds: list[HeldOutCluster]) -> dict[bool, NewClusterBlend]:

@@ -90,6 +90,22 @@ def test_each_spread_gets_a_blend_that_loses_on_none_of_its_rows(folds) -> None:
                 assert mape_ratio(rows, *weights) <= 1.0
 
 
+@settings(max_examples=100, deadline=None)
+@given(folds=held_out_clusters(), beyond=st.floats(0.01, 50.0))
+def test_a_correction_beyond_the_calibrated_ones_counts_as_their_edge(folds, beyond) -> None:
+    """The blend's weights were checked on the calibration folds' corrections: one further
+    out (a network extrapolating on a GPU unlike any it saw) enters the blend at the edge of
+    their central range, so it moves p50 no more than a correction calibration saw."""
+    blend = calibrate(folds)
+    seen = np.concatenate([fold.correction for fold in folds])
+    assert seen.min() <= blend.correction_lo <= blend.correction_hi <= seen.max()
+    log_t1, log_base = np.array([-1.0]), np.array([-0.5])
+    for far, edge in ((seen.max() + beyond, blend.correction_hi),
+                      (seen.min() - beyond, blend.correction_lo)):  # fmt: skip
+        at_far = blend.p50(log_t1, log_base, np.array([far]))
+        assert at_far == blend.p50(log_t1, log_base, np.array([edge]))
+
+
 def test_calibration_needs_a_fold() -> None:
     with pytest.raises(ValueError, match="at least one held-out cluster"):
         calibrate([])
