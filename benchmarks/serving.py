@@ -222,6 +222,13 @@ async def open_loop(url: str, rate: float, seconds: float, clients: int) -> dict
             w.cancel()
         for c in connections:
             c.close()
+    return _load_result(answers, elapsed, count, cpu)
+
+
+def _load_result(
+    answers: list[tuple[int | str, float]], elapsed: float, count: int, cpu: float
+) -> dict:
+    """An open loop's figures: answers and their latencies, rate achieved, client CPU."""
     ms = np.array([a[1] for a in answers]) * 1000
     summary = _overload_summary(answers, elapsed)
     return {
@@ -269,16 +276,7 @@ async def open_loop_httpx(url: str, rate: float, seconds: float, clients: int) -
         cpu = time.process_time() - cpu
         for w in workers:
             w.cancel()
-    ms = np.array([a[1] for a in answers]) * 1000
-    summary = _overload_summary(answers, elapsed)
-    return {
-        **summary,
-        "errors": summary["requests"] - summary["ok"],
-        "p50_ms": float(np.percentile(ms, 50)),
-        "p99_ms": float(np.percentile(ms, 99)),
-        "achieved_rate": count / elapsed,
-        "client_cpu_ms": cpu / count * 1000,
-    }
+    return _load_result(answers, elapsed, count, cpu)
 
 
 def timed_post(url: str, path: str, body: dict, repeats: int) -> tuple[float, dict]:
