@@ -20,6 +20,7 @@ import pytest
 
 from perfcast import datasets
 from perfcast.datasets.fetch import fetch, shared_data_available
+from perfcast.predictor import make_predictor
 
 requires_data = pytest.mark.skipif(
     not shared_data_available(),
@@ -61,6 +62,28 @@ def scaling_table() -> pd.DataFrame:
             "step_time_s_p90": grouped.quantile(0.9),
         }
     ).reset_index()
+
+
+@functools.cache
+def gavel_muri_scaling_rows() -> pd.DataFrame:
+    """Gavel's and Muri's scaling rows, each naming its cluster."""
+    return pd.concat(
+        [
+            datasets.load(name).assign(cluster=name.removesuffix("-scaling"))
+            for name in ("gavel-scaling", "muri-scaling")
+        ],
+        ignore_index=True,
+    )
+
+
+@functools.cache
+def scaling_model_without_k80_multi():
+    """A gbm scaling model fitted on `gavel_muri_scaling_rows` less the K80's multi-GPU rows
+    (a GPU known from its one-GPU rows only). Shared by the fast-path tests, which only read
+    it: one fit for all of them."""
+    rows = gavel_muri_scaling_rows()
+    k80 = (rows["gpu_type"] == "k80") & (rows["num_gpus"] > 1)
+    return make_predictor("scaling", "gbm").fit(rows[~k80])
 
 
 _GAVEL_NAME = re.compile(r"^(?P<job>.+) \(batch size (?P<bs>\d+)\)$")

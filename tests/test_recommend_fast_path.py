@@ -12,17 +12,15 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import requires_data
+from conftest import gavel_muri_scaling_rows, requires_data, scaling_model_without_k80_multi
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from perfcast import datasets
 from perfcast.datasets.contract import validate
 from perfcast.errors import ContractError
 from perfcast.features.devices import spec_frame
 from perfcast.features.scaling import distinct_groups, gpus_per_node_of, most_on_one_node
 from perfcast.optimizer import configs
-from perfcast.predictor import make_predictor
 from perfcast.predictor.scaling import ScalingPredictor, _numbers
 from perfcast.predictor.scaling_fast import (
     FEW_ROWS,
@@ -36,19 +34,12 @@ pytestmark = requires_data
 
 @pytest.fixture(scope="module")
 def training_rows() -> pd.DataFrame:
-    return pd.concat(
-        [
-            datasets.load(name).assign(cluster=name.removesuffix("-scaling"))
-            for name in ("gavel-scaling", "muri-scaling")
-        ],
-        ignore_index=True,
-    )
+    return gavel_muri_scaling_rows()
 
 
 @pytest.fixture(scope="module")
-def model(training_rows: pd.DataFrame):
-    k80 = (training_rows["gpu_type"] == "k80") & (training_rows["num_gpus"] > 1)
-    return make_predictor("scaling", "gbm").fit(training_rows[~k80])  # k80: a new GPU's rows
+def model():
+    return scaling_model_without_k80_multi()  # k80: a new GPU's rows
 
 
 def frame_general(model, rows: pd.DataFrame):

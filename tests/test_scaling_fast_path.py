@@ -6,31 +6,21 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
-from conftest import requires_data
+from conftest import gavel_muri_scaling_rows, requires_data, scaling_model_without_k80_multi
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from perfcast import datasets
-from perfcast.predictor import make_predictor
 
 pytestmark = requires_data
 
 
 @pytest.fixture(scope="module")
 def training_rows() -> pd.DataFrame:
-    return pd.concat(
-        [
-            datasets.load(name).assign(cluster=name.removesuffix("-scaling"))
-            for name in ("gavel-scaling", "muri-scaling")
-        ],
-        ignore_index=True,
-    )
+    return gavel_muri_scaling_rows()
 
 
 @pytest.fixture(scope="module")
-def model(training_rows: pd.DataFrame):
-    k80 = (training_rows["gpu_type"] == "k80") & (training_rows["num_gpus"] > 1)
-    return make_predictor("scaling", "gbm").fit(training_rows[~k80])  # k80: a new GPU's rows
+def model():
+    return scaling_model_without_k80_multi()  # k80: a new GPU's rows
 
 
 @st.composite
