@@ -123,6 +123,8 @@ def main() -> None:
             f"{r['wall_s']:.2f} | {'sampled' if r['gpu_counters'] else 'none (no GPU)'} |"
         )
     worst = max(abs(r["overhead"]) for r in rows)
+    sampled = any(r["gpu_counters"] for r in rows)
+    on_gpu = resolve_device(args.device).type == "cuda"
     within_noise = sum(r["p10"] <= 0 <= r["p90"] for r in rows)
     lines += [
         "",
@@ -130,15 +132,28 @@ def main() -> None:
         f"({'meets' if worst < 0.03 else 'misses'} the 3% target); for {within_noise} of "
         f"{len(rows)} models the p10..p90 band of the pairs contains 0, i.e. the difference is "
         "within the run-to-run noise. The wall time includes "
-        "warm-up and the one extra untimed step that measures activation memory. On CPU no "
-        "sampling thread runs (NVML has no device), so this measures the timing harness only; "
-        "run with `--device cuda` on a GPU machine to include the NVML sampler at 20 Hz. The "
-        "machine is shared with other jobs, hence the p10-p90 spread.",
+        "warm-up and the one extra untimed step that measures activation memory. "
+        + (
+            (
+                "The NVML sampler thread reads the GPU's counters at 20 Hz during the profiled "
+                "steps; the device ran nothing else."
+                if sampled
+                else "NVML returned no samples on this device: the sampler did not run."
+            )
+            if on_gpu
+            else "On CPU no sampling thread runs (NVML has no device), so this measures the "
+            "timing harness only; run with `--device cuda` on a GPU machine to include the "
+            "NVML sampler at 20 Hz (section `profiling-cuda`). The machine is shared with "
+            "other jobs, hence the p10-p90 spread."
+        ),
     ]
     command = "python -m benchmarks.profiling " + " ".join(
         f"--{k} {v}" for k, v in vars(args).items()
     )
-    path = write_section("profiling", "Profiling overhead", command, "\n".join(lines))
+    # one section per kind of device, so a GPU run does not replace the CPU figures
+    section = "profiling-cuda" if on_gpu else "profiling"
+    title = f"Profiling overhead on {name}" if on_gpu else "Profiling overhead"
+    path = write_section(section, title, command, "\n".join(lines))
     print("\n".join(lines))
     print(f"wrote {path}")
 

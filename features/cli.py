@@ -238,15 +238,26 @@ def query(
 
 @app.command()
 def dataset(
-    out: Annotated[Path, typer.Option("--out", help="Folder for the measured dataset.")] = Path(
-        "datasets/measured/cpu"
-    ),
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            help="Folder for the measured dataset (default: datasets/measured/<device>, e.g. "
+            "cpu or h100).",
+        ),
+    ] = None,
     device: Device = "cpu",
 ) -> None:
-    """Regenerate the committed measured dataset (zoo scaling, co-located pairs, graphs, TPC-H
-    plans) on this machine: one folder with its meta.json."""
+    """Regenerate a measured dataset on this machine: zoo step times, co-located pairs and
+    operator graphs (plus TPC-H plans on the CPU), in one folder with its meta.json. A CUDA
+    device measures the GPU plan, with the zoo at real sizes (ResNet-50, BERT-base)."""
+    from perfcast.features.devices import canonical_device
     from perfcast.features.profiling.measured_dataset import generate
+    from perfcast.features.profiling.step_profiler import device_name, resolve_device
 
+    if out is None:
+        folder = canonical_device(device_name(resolve_device(device))).replace(" ", "-")
+        out = Path("datasets/measured") / folder
     with progress() as bar:
         files = generate(out, device=device, progress=bar)
     for name, rows in files.items():

@@ -95,8 +95,8 @@ def test_rng_state_round_trip_restores_every_generator():
     assert first[:2] == again[:2] and torch.equal(first[2], again[2])
 
 
-def _run(hook: TrainingHook) -> dict:
-    train(hook.job_id, SPEC, hook)
+def _run(hook: TrainingHook, spec: JobSpec = SPEC) -> dict:
+    train(hook.job_id, spec, hook)
     ref = latest_checkpoint(hook.checkpoint_dir, hook.job_id)
     return load_checkpoint(ref.path, ref.sha256)
 
@@ -121,6 +121,49 @@ def test_exit_and_restore_continue_the_lr_schedule_data_and_rng_bit_for_bit(tmp_
     assert final["optimizer"]["param_groups"] == reference["optimizer"]["param_groups"]
     assert final["objects"]["lr_scheduler"] == reference["objects"]["lr_scheduler"]
     assert final["objects"]["counters"] == reference["objects"]["counters"]
+
+
+# wide enough (34M parameters, 135 MB, and as much momentum) that its state on the GPU dwarfs
+# what a training thread keeps there regardless (cuBLAS's 32 MiB workspace per thread)
+CUDA_SPEC = SPEC.model_copy(
+    update={"name": "api-cuda", "device": "cuda", "width": 4096, "depth": 3}
+)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_cuda_job_suspended_frees_the_gpu_and_resumed_or_restored_ends_bit_for_bit(tmp_path):
+    """The GPU path of the hook: a suspended single-worker CUDA job keeps its state in host
+    memory (the GPU is free for its neighbour), and a resumed or a migrated (exit, restore with
+    map_location=cuda) job ends with the same bits as one that ran straight through."""
+    reference = _run(
+        TrainingHook("ref", CUDA_SPEC, checkpoint_dir=tmp_path, device="cuda"), CUDA_SPEC
+    )
+    torch.cuda.synchronize()
+    baseline = torch.cuda.memory_allocated()
+
+    hook = TrainingHook("job", CUDA_SPEC, checkpoint_dir=tmp_path, device="cuda")
+    loop = threading.Thread(target=train, args=("job", CUDA_SPEC, hook))
+    loop.start()
+    assert hook.request_suspend(timeout_s=60)
+    # (counted from the reference's state: building a model here would draw from the global
+    # RNG, which is part of the suspended job's state)
+    params = sum(v.numel() * v.element_size() for v in reference["model"].values())
+    # the loop's last batch and its thread's cuBLAS workspace may still be on the device; the
+    # model and its momentum are not
+    assert torch.cuda.memory_allocated() - baseline < params
+    hook.resume()
+    assert hook.request_suspend(timeout_s=60)  # resumed on the GPU, then suspended again
+    hook.request_exit("migrate")  # wakes the suspended loop, which checkpoints and leaves
+    loop.join(60)
+    stopped = hook.status.last_checkpoint
+    assert 0 < stopped["iteration"] < CUDA_SPEC.iterations
+    restored = TrainingHook("job", CUDA_SPEC, checkpoint_dir=tmp_path, device="cuda",
+                            restore_from=CheckpointRef(**stopped))  # fmt: skip
+    final = _run(restored, CUDA_SPEC)
+    assert final["iteration"] == reference["iteration"]
+    for key, value in reference["model"].items():
+        assert torch.equal(final["model"][key].cpu(), value.cpu()), key
+    assert final["optimizer"]["param_groups"] == reference["optimizer"]["param_groups"]
 
 
 def _fresh_state():

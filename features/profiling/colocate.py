@@ -9,6 +9,7 @@ by its solo throughput measured in the same session, with the same settings.
 from __future__ import annotations
 
 import multiprocessing as mp
+import queue
 import socket
 import time
 from collections.abc import Callable, Iterable
@@ -107,13 +108,24 @@ def _run_processes(jobs: dict[str, JobSpec], settings: WindowSettings) -> dict[s
     for p in procs:
         p.start()
     timeout = 120 + 4 * settings.duration_s
+    deadline = time.monotonic() + timeout
     out: dict[str, dict] = {}
     try:
-        for _ in procs:
-            key, value = results.get(timeout=timeout)
-            out[key] = value
-    except Exception:
-        raise PerfcastError(f"co-location workers gave no result within {timeout:.0f} s") from None
+        while len(out) < len(procs):
+            try:
+                key, value = results.get(timeout=1.0)
+                out[key] = value
+                continue
+            except queue.Empty:
+                pass
+            # a worker that died before reporting (killed, or failed to start) never will
+            dead = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
+            if dead and results.empty():
+                raise PerfcastError(
+                    f"a co-location worker exited with code {dead[0]} before reporting"
+                )
+            if time.monotonic() > deadline:
+                raise PerfcastError(f"co-location workers gave no result within {timeout:.0f} s")
     finally:
         for p in procs:
             p.join(timeout=10)

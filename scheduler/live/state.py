@@ -36,9 +36,11 @@ class RngState:
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        # `.cpu()`: a CUDA job's checkpoint loads with map_location=cuda, which moves these
+        # tensors too, but generators take their state from host memory only
         random.setstate(state["python"])
         kind, keys, pos, has_gauss, cached = state["numpy"]
-        np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
-        torch.set_rng_state(state["torch"])
+        np.random.set_state((kind, keys.cpu().numpy().astype(np.uint32), pos, has_gauss, cached))
+        torch.set_rng_state(state["torch"].cpu())
         if "cuda" in state and torch.cuda.is_available():
-            torch.cuda.set_rng_state(state["cuda"])
+            torch.cuda.set_rng_state(state["cuda"].cpu())
