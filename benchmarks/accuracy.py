@@ -71,8 +71,8 @@ def leave_one_trace_out_folds(rows: pd.DataFrame):
 
 
 def by_source_interference(gavel: pd.DataFrame, measured: pd.DataFrame):
-    """Rows and the one fold of the split by source: Gavel's GPU pairs in training, the CPU
-    pairs measured here (new workloads, a new device) as the test."""
+    """Rows and the one fold of the split by source: Gavel's GPU pairs in training, pairs
+    measured here (new workloads, a new device: the CPU, or an H100 without MPS) as the test."""
     rows = pd.concat([gavel, measured], ignore_index=True)
     return rows, [(np.arange(len(gavel)), np.arange(len(gavel), len(rows)))]
 
@@ -244,6 +244,9 @@ def main() -> None:
     by_source, by_source_folds = by_source_interference(
         interference, datasets.load("measured-cpu-colocation")
     )
+    by_h100, by_h100_folds = by_source_interference(
+        interference, datasets.load("measured-h100-colocation")
+    )
     cases = [
         ("scaling", "scaling", scaling, "leave one cluster out", clusters,
          leave_one_cluster_out_folds(scaling)),
@@ -260,6 +263,8 @@ def main() -> None:
          folds(interference, "interference", "job")),
         ("interference", "interference", by_source, "by source: gavel -> measured-cpu", tab,
          by_source_folds),
+        ("interference", "interference", by_h100, "by source: gavel -> measured-h100", tab,
+         by_h100_folds),
         ("runtime", "graph", graphs, "random", graph[:1] if args.quick else graph,
          folds(graphs, "graph", "random")),
         ("runtime", "graph", graphs, "leave one GPU out", graph,
@@ -282,7 +287,8 @@ def main() -> None:
         return
     data = {
         "scaling": ", ".join(SCALING_DATA),
-        "interference": "gavel-interference; measured-cpu-colocation (split by source)",
+        "interference": "gavel-interference; measured-cpu-colocation and "
+        "measured-h100-colocation (split by source)",
         "runtime": "neusight-graphs",
         "duration": "pollux-philly; for leave one trace out "
         f"{TRACE_ROWS:,} jobs of each of " + ", ".join(TRACES),
@@ -299,6 +305,7 @@ def main() -> None:
             f"Data: {data[task]}. {SPLITS[task]}\n\n"
             + "\n".join(_table_lines(part))
             + (_scaling_losses(part) if task == "scaling" else "")
+            + (_losses(part, "mae", "MAE") if task == "interference" else "")
             + ("\n\nBatch prediction speed (2 cores, includes contract validation and "
                "features):\n" + "\n".join(speeds) if speeds else "")
         )  # fmt: skip
@@ -321,7 +328,8 @@ SPLITS = {
     "intervals. With --quick, leave one cluster out alone (gbm and fcn).",
     "interference": "Metrics pooled over the folds (random: 5-fold; job: 5 groups of "
     "workloads, both jobs of a test pair unseen; by source: trained on every Gavel pair, tested "
-    "on the 7 CPU pairs measured here, every workload new). Both jobs' speeds count as rows. "
+    "on the 7 CPU pairs or the 10 H100 pairs (two processes, no MPS) measured here, every "
+    "workload new). Both jobs' speeds count as rows. "
     "Width: the median p90/p10 of the predicted intervals.",
     "runtime": "Metrics pooled over the folds (random: 5-fold; leave one GPU out: every device "
     "once, pooled then per held-out device). Width: the median p90/p10 of the predicted "
@@ -335,33 +343,36 @@ SPLITS = {
 INTERVAL_TARGET = (0.75, 0.85, 1.6)  # issue 11: coverage band and median p90/p10 for scaling
 
 
-def _scaling_losses(table: pd.DataFrame) -> str:
-    """A line per split (pooled or one held-out cluster) and model whose MAPE is above a
-    perfect-scaling or overhead baseline's of the same run ("nowhere" said plainly), then
-    whether the headline's intervals meet INTERVAL_TARGET."""
+def _losses(table: pd.DataFrame, metric: str, unit: str, skip: tuple[str, ...] = ()) -> str:
+    """A line per split (pooled or one held-out source) and model whose `metric` is above a
+    baseline's of the same run (baselines named in `skip` aside); "nowhere" said plainly."""
     lines = []
     for split, rows in table.groupby("split", sort=False):
         models = rows[~rows["model"].str.startswith("baseline")]
-        bases = rows[
-            rows["model"].str.startswith("baseline") & (rows["model"] != "baseline: train mean")
-        ]
+        bases = rows[rows["model"].str.startswith("baseline") & ~rows["model"].isin(skip)]
         for model in models.itertuples():
             beaten = [
-                f"{b.model.removeprefix('baseline: ')} ({b.mape:.1f})"
+                f"{b.model.removeprefix('baseline: ')} ({getattr(b, metric):.3g})"
                 for b in bases.itertuples()
-                if b.mape < model.mape
+                if getattr(b, metric) < getattr(model, metric)
             ]
             if beaten:
                 lines.append(
-                    f"- {split}, {model.model} ({model.mape:.1f}% MAPE) loses to "
+                    f"- {split}, {model.model} ({getattr(model, metric):.3g} {unit}) loses to "
                     + ", ".join(beaten)
                 )
-    head = "\n\nWhere a model loses to a baseline of the same run (MAPE %):\n"
-    losses = head + (
+    head = f"\n\nWhere a model loses to a baseline of the same run ({unit}):\n"
+    return head + (
         "\n".join(lines)
         if lines
-        else "- nowhere: every model beats every baseline on every split and held-out cluster"
+        else "- nowhere: every model beats every baseline on every split and held-out source"
     )
+
+
+def _scaling_losses(table: pd.DataFrame) -> str:
+    """`_losses` in MAPE against perfect scaling and the overhead baseline, then whether the
+    headline's intervals meet INTERVAL_TARGET."""
+    losses = _losses(table, "mape", "% MAPE", skip=("baseline: train mean",))
     headline = table[
         (table["split"] == "leave one cluster out") & table["interval_coverage"].notna()
     ]
