@@ -119,6 +119,29 @@ def contention(self_util: pd.Series, other_util: pd.Series) -> pd.Series:
     return ((self_util + other_util) / 100.0 - 1.0).clip(0.0, 1.0)
 
 
+# `sharing`: how the pair shared the device, where the row says (an optional contract column).
+TIME_SLICE = "time-slice"
+
+
+def time_sliced(rows: pd.DataFrame) -> np.ndarray:
+    """True where the row says its two jobs took turns on the device (two processes, no MPS
+    or MIG) and both jobs' solo `gpu_util` was measured: `time_slice_speed` applies."""
+    if "sharing" not in rows.columns:
+        return np.zeros(len(rows), dtype=bool)
+    both = _column(rows, "a_gpu_util").notna() & _column(rows, "b_gpu_util").notna()
+    return ((rows["sharing"].astype("string") == TIME_SLICE).fillna(False) & both).to_numpy()
+
+
+def time_slice_speed(rows: pd.DataFrame, side: str) -> np.ndarray:
+    """`side`'s speed when the device runs one process's kernels at a time: each of its steps
+    is stretched by the other job's busy fraction alone (its solo `gpu_util`), since its
+    kernels wait while the other's run, 1 / (1 + u_other). Two jobs that each keep the device
+    busy get 1/2 each; beside a launch-bound job busy a third of the time, 3/4. No fitted
+    parameter: the context switches themselves (a few % on the H100) are left out."""
+    other = _column(rows, f"{_other(side)}_gpu_util").to_numpy(dtype=float)
+    return 1.0 / (1.0 + np.clip(other, 0.0, 100.0) / 100.0)
+
+
 def _other(side: str) -> str:
     return "b" if side == "a" else "a"
 

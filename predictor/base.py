@@ -53,6 +53,9 @@ FLAGS: dict[str, str] = {
     "p10 keeps the full learned slowdown",
     "new_model_family": "no utilization counters for both jobs and a model family never seen "
     "in training: only part of the learned slowdown is applied",
+    "time_sliced": "a new workload's pair that took turns on the device (`sharing` time-slice) "
+    "with both solo busy fractions measured: each job's speed is 1 / (1 + the other's busy "
+    "fraction), in the general model's interval",
     # duration
     "new_trace": "the job's trace (`source`) was not among the training traces: the "
     "prediction is shrunk toward the training median as far as the cross-trace check "

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
+import psutil
 import torch
 
 from perfcast.errors import PerfcastError
@@ -137,6 +138,18 @@ def _run_processes(jobs: dict[str, JobSpec], settings: WindowSettings) -> dict[s
     return out
 
 
+def gpu_sharing(device: torch.device) -> str | None:
+    """How two processes share `device`: `mps` where an MPS server runs (their kernels may
+    run at once), else `time-slice` (the driver runs one process's kernels at a time); None
+    on a CPU, where the operating system's scheduler shares cores instead."""
+    if device.type != "cuda":
+        return None
+    for proc in psutil.process_iter(["name"]):
+        if (proc.info["name"] or "").startswith("nvidia-cuda-mps"):
+            return "mps"
+    return "time-slice"
+
+
 class ColocationSession:
     """Measures pairs on one device, caching each job's solo run for the session."""
 
@@ -144,6 +157,7 @@ class ColocationSession:
         self.settings = settings
         self.gpu_type = device_name(resolve_device(settings.device))
         self.source = f"measured:{socket.gethostname()}"
+        self.sharing = gpu_sharing(resolve_device(settings.device))
         self._solo: dict[JobSpec, dict[str, float]] = {}
 
     def solo(self, job: JobSpec) -> dict[str, float]:
@@ -172,6 +186,7 @@ class ColocationSession:
                 f"{side}_power_w": alone["power_w"],
             }
         return row | {
+            "sharing": self.sharing,
             "threads": self.settings.threads,
             "window_s": self.settings.duration_s,
             "source": self.source,
