@@ -268,6 +268,25 @@ def validate(df: pd.DataFrame, kind: str, *, source: str | None = None) -> pd.Da
     return clean
 
 
+def validate_prediction_rows(
+    rows: pd.DataFrame, kind: str, targets: Sequence[str], *, source: str | None = None
+) -> pd.DataFrame:
+    """`validate` of prediction rows (the table `kind` without its `targets`): each target the
+    rows lack (or leave missing) gets a placeholder, so a row is refused for the same reasons a
+    training row would be; the clean rows keep the caller's index and only the targets they
+    brought."""
+    probe = rows.copy()
+    for target in targets:
+        if target not in probe.columns or probe[target].isna().any():
+            probe[target] = 1.0
+    clean = validate(probe, kind, source=source)
+    clean.index = rows.index  # predictions stay aligned with the caller's rows
+    for target in targets:
+        if target not in rows.columns:
+            del clean[target]  # in place: `validate` made `clean` (drop costs a copy)
+    return clean
+
+
 def _check_whole_numbers(df: pd.DataFrame, schema: pa.DataFrameSchema, source: str | None) -> None:
     """An integer column must hold whole numbers: coercion would cut 128.7 to 128 unasked."""
     dtypes = df.dtypes

@@ -18,15 +18,16 @@ import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Protocol, runtime_checkable
 
 import numpy as np
 import pandas as pd
 from pandas.api.types import union_categoricals
 
-from perfcast.errors import PerfcastError
+from perfcast.datasets.contract import validate_prediction_rows
+from perfcast.errors import ContractError, PerfcastError
 from perfcast.optimizer.spread import even_placement
-from perfcast.predictor.backend import PredictionBackend
+from perfcast.predictor.backend import TASK_TABLES, PredictionBackend, Task
 
 Objective = Literal["min_time", "min_cost", "max_throughput_per_gpu"]
 OBJECTIVES: tuple[Objective, ...] = ("min_time", "min_cost", "max_throughput_per_gpu")
@@ -187,6 +188,44 @@ def _pool_candidates(pool: GpuPool, sizes: np.ndarray, wanted: np.ndarray | None
     )
 
 
+@runtime_checkable
+class CheckedRowsBackend(PredictionBackend, Protocol):
+    """A backend that also predicts rows already checked against the data contract without
+    checking them again (`serving.models.ServedModels`, the in-process champions): given the
+    candidates of a checked request (`checked_candidates`), the 10^5 rows are not checked
+    one by one."""
+
+    def predict_checked(self, task: Task, rows: pd.DataFrame) -> pd.DataFrame: ...
+
+
+def checked_candidates(candidates: pd.DataFrame) -> pd.DataFrame:
+    """`enumerate_candidates`' rows as the contract's check of prediction rows returns them,
+    checking the first row of each GPU pool only: the others differ from it in the columns
+    that `enumerate_candidates` builds valid (GPUs, nodes, their placement, batch sizes >= 1),
+    and the job's values are the request's, repeated. A job column the check coerces takes
+    its coerced value; text stays categorical (its one string). Where a pool's row fails, the
+    whole table is checked, so the error is the one it always was."""
+    kind, targets = TASK_TABLES["scaling"]
+    source = "scaling prediction rows"  # as `TaskPredictor._check_rows` names them
+    first = np.unique(candidates["gpu_type"].cat.codes.to_numpy(), return_index=True)[1]
+    # their values as text, not a categorical's 10^4 placements checked for a few rows
+    text = [n for n, t in candidates.dtypes.items() if isinstance(t, pd.CategoricalDtype)]
+    pool_rows = candidates.iloc[first].astype(dict.fromkeys(text, object))
+    try:
+        clean = validate_prediction_rows(pool_rows, kind, targets, source=source)
+    except ContractError:
+        return validate_prediction_rows(candidates, kind, targets, source=source)
+    checked = candidates.copy(deep=False)
+    repeat = np.zeros(len(candidates), dtype=np.intp)
+    for name, column in clean.items():
+        if name in ("gpu_type", "placement") or column.dtype == pool_rows[name].dtype:
+            continue  # built valid, or as it was
+        if name in text and isinstance(column.dtype, pd.StringDtype):
+            continue  # a categorical's text, the same strings
+        checked[name] = column.take(repeat).set_axis(candidates.index)
+    return checked
+
+
 def score_candidates(
     candidates: pd.DataFrame, backend: PredictionBackend, work: Work | None
 ) -> pd.DataFrame:
@@ -195,7 +234,18 @@ def score_candidates(
     Calls `backend.predict("scaling", ...)` once. Columns with `_p10`/`_p90` are the values
     implied by the step time's p10/p90 (for throughput, p10 comes from the p90 step time).
     """
-    pred = backend.predict("scaling", candidates)
+    return _scored(candidates, backend.predict("scaling", candidates), work)
+
+
+def _predicted(candidates: pd.DataFrame, backend: PredictionBackend) -> pd.DataFrame:
+    """The backend's answer for `enumerate_candidates`' rows: `predict_checked` of
+    `checked_candidates` where it has one, else `predict`."""
+    if isinstance(backend, CheckedRowsBackend):
+        return backend.predict_checked("scaling", checked_candidates(candidates))
+    return backend.predict("scaling", candidates)
+
+
+def _scored(candidates: pd.DataFrame, pred: pd.DataFrame, work: Work | None) -> pd.DataFrame:
     if len(pred) != len(candidates):
         raise PerfcastError(
             f"the prediction backend answered {len(pred)} rows for {len(candidates)} candidates"
@@ -286,7 +336,7 @@ def recommend(
     if top_k < 1:
         raise PerfcastError("top_k must be >= 1")
     candidates = enumerate_candidates(job, pools, local_batch_sizes, gpu_counts)
-    scored = score_candidates(candidates, backend, work)
+    scored = _scored(candidates, _predicted(candidates, backend), work)
     notes: list[str] = []
 
     # Select and rank on numpy columns; only the top rows are taken from the wide frame.

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 from sklearn.base import BaseEstimator
 
-from perfcast.datasets.contract import validate
+from perfcast.datasets.contract import validate, validate_prediction_rows
 from perfcast.errors import ContractError
 
 # The shape of the predictors' learned state. Bump it whenever a change to a predictor or its
@@ -82,9 +82,19 @@ class TaskPredictor(BaseEstimator, ABC):
         return values[:, 0] if len(self.targets) == 1 else values
 
     def predict_interval(self, rows: pd.DataFrame) -> pd.DataFrame:
+        self._require_fitted()
+        return self._predict_interval(self._check_rows(rows))
+
+    def predict_checked(self, rows: pd.DataFrame) -> pd.DataFrame:
+        """`predict_interval` of rows already as `_check_rows` returns them (its values; text
+        may be categorical), not checked again: rows the caller built from checked ones, as
+        the optimizer builds its candidates from a checked request."""
+        self._require_fitted()
+        return self._predict_interval(rows)
+
+    def _require_fitted(self) -> None:
         if not hasattr(self, "fitted_"):
             raise ContractError(f"{type(self).__name__} is not fitted")
-        return self._predict_interval(self._check_rows(rows))
 
     def predict_columns(
         self, records: Sequence[Mapping[str, object]], groups: Sequence[int] | None = None
@@ -121,16 +131,9 @@ class TaskPredictor(BaseEstimator, ABC):
         is refused for the same reasons a training row would be (targets are not needed)."""
         if rows.empty:
             raise ContractError(f"no rows to predict for task {self.task}")
-        probe = rows.copy()
-        for target in self.targets:
-            if target not in probe.columns or probe[target].isna().any():
-                probe[target] = 1.0
-        clean = validate(probe, self.kind, source=f"{self.task} prediction rows")
-        clean.index = rows.index  # predictions stay aligned with the caller's rows
-        for target in self.targets:
-            if target not in rows.columns:
-                del clean[target]  # in place: `validate` made `clean` (drop costs a copy)
-        return clean
+        return validate_prediction_rows(
+            rows, self.kind, self.targets, source=f"{self.task} prediction rows"
+        )
 
 
 def flags_column(flags: dict[str, np.ndarray], n: int) -> np.ndarray:

@@ -25,7 +25,8 @@ def missing_reason(task: str) -> str:
 
 class ServedModels:
     """Champions of the served tasks, swapped as a whole on `reload()` so a request never sees
-    a half-loaded set. `predict` follows the PredictionBackend protocol."""
+    a half-loaded set. `predict` follows the PredictionBackend protocol, `predict_checked`
+    the optimizer's `CheckedRowsBackend`."""
 
     def __init__(
         self,
@@ -83,6 +84,14 @@ class ServedModels:
     def predict(self, task: Task, rows: pd.DataFrame) -> pd.DataFrame:
         champion = self.champion(task)
         out = champion.predictor.predict_interval(rows)
+        self._count(task, champion, len(out))
+        return out
+
+    def predict_checked(self, task: Task, rows: pd.DataFrame) -> pd.DataFrame:
+        """`predict` of rows already checked against the contract (`TaskPredictor.
+        predict_checked`): the optimizer's candidates, built from a checked request."""
+        champion = self.champion(task)
+        out = champion.predictor.predict_checked(rows)
         self._count(task, champion, len(out))
         return out
 

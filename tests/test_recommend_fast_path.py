@@ -501,3 +501,143 @@ def test_pareto_front_keeps_what_the_loop_kept(points: list, random, blocked: bo
         configs.FRONT_BLOCK = block
     assert got == old_pareto_front(candidates, cost, gpus)
     assert all(type(i) is int for i in got)
+
+
+# The recommendation's candidates are checked once per request (`checked_candidates`) and
+# predicted without checking their 10^5 rows again (`predict_checked`): held to the checked
+# path on the same requests, errors included.
+
+
+class ModelBackend:
+    """The model behind the PredictionBackend protocol: every row checked (`predict`)."""
+
+    def __init__(self, model) -> None:
+        self.model = model
+
+    def predict(self, task: str, rows: pd.DataFrame) -> pd.DataFrame:
+        return self.model.predict_interval(rows)
+
+
+class CheckedModelBackend(ModelBackend):
+    """... that also predicts rows already checked, as `ServedModels` does."""
+
+    def predict_checked(self, task: str, rows: pd.DataFrame) -> pd.DataFrame:
+        return self.model.predict_checked(rows)
+
+
+JOB_VALUES = {
+    "job": ["resnet18", "bert", "my-llama-7b", "vgg16"],
+    "amp": [True, False, "yes", "0", None, "maybe"],
+    "cluster": ["gavel", "muri", "elsewhere", None, 3],
+    "intra_node_bw_gbps": [300, 0.5, "300", None, -1.0, math.inf],
+    "inter_node_bw_gbps": [12.5, None, 0],
+    "params_m": [25, None, "x"],
+    "peak_tflops_fp32": [15.7, None],
+    "step_time_s": [None, 2.0, -1.0],
+    "source": ["mine", None],
+    "note": ["anything", 1.5],
+}
+
+
+@st.composite
+def requests(draw) -> tuple[dict, list]:
+    """A job (its name and some further columns, valid or not) and one or two GPU pools."""
+    job = {"job": draw(st.sampled_from(JOB_VALUES["job"]))}
+    for name in draw(st.lists(st.sampled_from(list(JOB_VALUES)[1:]), max_size=3, unique=True)):
+        job[name] = draw(st.sampled_from(JOB_VALUES[name]))
+    types = draw(st.lists(st.sampled_from(["v100", "k80", "a100", "p100", "tpu-x"]),
+                          min_size=1, max_size=2, unique=True))  # fmt: skip
+    pools = [
+        configs.GpuPool(
+            gpu,
+            gpus_per_node=draw(st.integers(1, 8)),
+            nodes=draw(st.integers(1, 6)),
+            price_per_gpu_hour=draw(st.sampled_from([None, 2.5])),
+        )
+        for gpu in types
+    ]
+    return job, pools
+
+
+def _outcome(call):
+    try:
+        return call()
+    except ContractError as err:
+        return ContractError, str(err), err.row, err.column, err.details
+    except (TypeError, ValueError) as err:  # as before: `amp` "maybe", `params_m` "x"
+        return type(err), str(err)
+
+
+def _as_text(frame: pd.DataFrame, like: pd.DataFrame) -> pd.DataFrame:
+    """`frame`'s categoricals as the dtype of `like`'s column of that name."""
+    text = [
+        c
+        for c, t in frame.dtypes.items()
+        if isinstance(t, pd.CategoricalDtype) and not isinstance(like[c].dtype, pd.CategoricalDtype)
+    ]
+    return frame.astype({c: like[c].dtype for c in text})
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(request=requests(), sizes=st.lists(st.sampled_from([8, 32, 128]), min_size=1))
+def test_candidates_checked_once_are_the_rows_checked_one_by_one(model, request, sizes) -> None:
+    job, pools = request
+    candidates = configs.enumerate_candidates(job, pools, sizes)
+    want = _outcome(lambda: model._check_rows(candidates))
+    got = _outcome(lambda: configs.checked_candidates(candidates))
+    if isinstance(want, tuple):
+        assert got == want  # the same error, worded as before
+        return
+    pd.testing.assert_frame_equal(_as_text(got, want), want, check_exact=True)
+    answer = _outcome(lambda: model.predict_checked(got))
+    before = _outcome(lambda: model.predict_interval(candidates))
+    if isinstance(before, tuple):
+        assert answer == before
+        return
+    pd.testing.assert_frame_equal(_as_text(answer, before), before, check_exact=True)
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    request=requests(),
+    sizes=st.lists(st.sampled_from([8, 32, 128]), min_size=1, max_size=3),
+    objective=st.sampled_from(configs.OBJECTIVES),
+    deadline=st.sampled_from([None, 1e3, 1e5]),
+    max_cost=st.sampled_from([None, 50.0]),
+    top_k=st.integers(1, 6),
+)
+def test_recommendations_from_checked_candidates_are_the_checked_paths(
+    model, request, sizes, objective, deadline, max_cost, top_k
+) -> None:
+    """Same ranking, same numbers, same flags and reasons on the returned rows, same notes
+    and counts, the same error where there is one."""
+    job, pools = request
+
+    def recommend(backend):
+        return configs.recommend(
+            job, pools, backend, local_batch_sizes=sizes, objective=objective,
+            work=configs.Work(samples=1e7), deadline_s=deadline, max_cost=max_cost,
+            top_k=top_k,
+        )  # fmt: skip
+
+    def outcome(backend):
+        try:
+            answer = recommend(backend)
+        except Exception as err:  # a number column of text: a ValueError, as before
+            return type(err), str(err), getattr(err, "details", None)
+        return answer
+
+    want = outcome(ModelBackend(model))
+    got = outcome(CheckedModelBackend(model))
+    if isinstance(want, tuple):
+        assert got == want
+        return
+    pd.testing.assert_frame_equal(got.top, want.top, check_exact=True)
+    assert got.top["flags"].dtype == want.top["flags"].dtype
+    assert (got.objective, got.candidates, got.unpredicted, got.infeasible, got.notes) == (
+        want.objective, want.candidates, want.unpredicted, want.infeasible, want.notes,
+    )  # fmt: skip

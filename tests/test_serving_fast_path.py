@@ -244,3 +244,60 @@ def test_head_requests_and_kept_connections_through_uvicorn() -> None:
     finally:
         running.should_exit = True
         thread.join(10)
+
+
+class _CheckingBackend:
+    """The served models behind `predict` alone: every candidate row checked."""
+
+    def __init__(self, models: ServedModels) -> None:
+        self.models = models
+
+    def predict(self, task: str, rows):
+        return self.models.predict(task, rows)
+
+
+POOL = {"gpu_type": "v100", "gpus_per_node": 8, "nodes": 8, "price_per_gpu_hour": 2.48}
+RECOMMEND = {"job": {"job": "resnet18"}, "pools": [POOL], "local_batch_sizes": [32, 128, 512],
+             "work": {"samples": 1e8}}  # fmt: skip
+RECOMMENDS = {
+    "the benchmark's 10^5 candidates": {
+        **RECOMMEND, "pools": [{**POOL, "nodes": 64}],
+        "local_batch_sizes": [16, 32, 64, 128, 256, 512, 1024],
+    },
+    "a job never seen (flags)": {**RECOMMEND, "job": {"job": "never-seen-net"}, "top_k": 8},
+    "two pools, cheapest": {
+        **RECOMMEND, "objective": "min_cost",
+        "pools": [POOL, {"gpu_type": "k80", "gpus_per_node": 4, "nodes": 3}],
+    },
+    "a deadline": {**RECOMMEND, "deadline_s": 3e4},
+    "per GPU, no work": {**RECOMMEND, "objective": "max_throughput_per_gpu", "work": None},
+    "amp as text": {**RECOMMEND, "job": {"job": "resnet18", "amp": "yes"}},
+    "links stated": {**RECOMMEND, "job": {"job": "resnet18", "inter_node_bw_gbps": 1}},
+    "a contract break": {**RECOMMEND, "job": {"job": "resnet18", "intra_node_bw_gbps": -1}},
+    "nothing feasible": {**RECOMMEND, "deadline_s": 1e-3},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("body", RECOMMENDS.values(), ids=RECOMMENDS.keys())
+def test_recommend_from_checked_candidates_answers_as_checking_every_row(models, body) -> None:
+    """`POST /v1/recommend` predicts the candidates of a checked request unchecked
+    (`ServedModels.predict_checked`): the same answer, byte for byte, as checking each row,
+    errors included."""
+    from perfcast.optimizer.configs import CheckedRowsBackend
+    from perfcast.serving import schemas, service
+
+    assert isinstance(models, CheckedRowsBackend)
+    request = schemas.RecommendRequest(**body)
+    answers = []
+    for backend in (_CheckingBackend(models), None):
+        try:
+            answers.append(service.recommend(models, request, backend=backend).model_dump_json())
+        except Exception as err:  # the error the route words: the same one
+            answers.append((type(err), str(err), getattr(err, "details", None)))
+    assert answers[1] == answers[0]
+    served = _client(models, fast=True).post("/v1/recommend", json=body)
+    if isinstance(answers[0], tuple):
+        assert served.status_code == 422, served.text
+    else:
+        assert served.status_code == 200, served.text
+        assert served.json() == json.loads(answers[0])
