@@ -259,8 +259,9 @@ def _scored(candidates: pd.DataFrame, pred: pd.DataFrame, work: Work | None) -> 
     new: dict[str, np.ndarray] = {"global_batch_size": global_batch}
     new["step_time_s"], new["step_time_s_p10"], new["step_time_s_p90"] = step.values()
     if "flags" in pred.columns:  # what the model had not seen, per candidate
-        flags = pred["flags"]  # text kept as stored (no object array of 10^5 strings)
-        new["flags"] = flags.array if isinstance(flags.dtype, pd.StringDtype) else flags.to_numpy()
+        flags = pred["flags"]  # text or categorical kept as stored (no 10^5 strings made)
+        text = isinstance(flags.dtype, pd.StringDtype | pd.CategoricalDtype)
+        new["flags"] = flags.array if text else flags.to_numpy()
     # samples/s; the p10 of throughput comes from the p90 of step time
     for q, s in (("", ""), ("_p10", "_p90"), ("_p90", "_p10")):
         new[f"throughput{q}"] = global_batch / step[s]
@@ -372,8 +373,8 @@ def recommend(
     best = ranked[_diverse_front(scored, ranked, top_k)]
     top = scored.iloc[best].drop(columns=["in_search"]).reset_index(drop=True)
     top["placement"] = top["placement"].astype("string")
-    for name in ("gpu_type", *job):  # the candidates' categoricals of text: text again
-        if isinstance(top[name].dtype, pd.CategoricalDtype):
+    for name in ("gpu_type", *job, "flags"):  # the categoricals of text: text again
+        if name in top.columns and isinstance(top[name].dtype, pd.CategoricalDtype):
             top[name] = top[name].astype(str)
     top["reason"] = _reasons(top, scored, objective, deadline_s, max_cost)
     return Recommendation(

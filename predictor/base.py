@@ -138,6 +138,13 @@ class TaskPredictor(BaseEstimator, ABC):
 
 def flags_column(flags: dict[str, np.ndarray], n: int) -> np.ndarray:
     """The `flags` column from one boolean array per token (keys from FLAGS)."""
+    codes = flags_categorical(flags, n)
+    return np.asarray(codes.categories, dtype=object)[codes.codes]
+
+
+def flags_categorical(flags: dict[str, np.ndarray], n: int) -> pd.Categorical:
+    """`flags_column` as a categorical: each distinct set of flags spelled once (10^5
+    candidates have a few), numbered in order of its bits, not one string per row."""
     unknown = set(flags) - set(FLAGS)
     if unknown:
         raise ValueError(f"flags outside the FLAGS vocabulary: {sorted(unknown)}")
@@ -145,9 +152,12 @@ def flags_column(flags: dict[str, np.ndarray], n: int) -> np.ndarray:
     bits = np.zeros(n, dtype=np.int64)  # one bit per token: few distinct sets to spell out
     for i, token in enumerate(tokens):
         bits |= np.asarray(flags[token], dtype=bool).astype(np.int64) << i
-    sets, codes = np.unique(bits, return_inverse=True)
+    present = np.zeros(1 << len(tokens), dtype=bool)  # a table of every set: no sort
+    present[bits] = True
+    sets = np.flatnonzero(present)
     words = [",".join(t for i, t in enumerate(tokens) if s >> i & 1) for s in sets.tolist()]
-    return np.array(words, dtype=object)[codes.reshape(-1)]
+    code = np.cumsum(present) - 1
+    return pd.Categorical.from_codes(code[bits], categories=pd.Index(words, dtype=object))
 
 
 def interval_columns(
@@ -156,7 +166,11 @@ def interval_columns(
     """The output columns from (p10, p50, p90) arrays per target, p10 <= p50 <= p90."""
     columns: dict[str, np.ndarray] = {}
     for target, (lo, mid, hi) in zip(targets, quantiles, strict=True):
-        stacked = np.sort(np.vstack([lo, mid, hi]), axis=0)
+        stacked = np.vstack([lo, mid, hi])
+        # in order already, without NaN or zeros (whose signs a sort may swap): as sorted
+        ordered = (stacked[0] <= stacked[1]).all() and (stacked[1] <= stacked[2]).all()
+        if not (ordered and np.count_nonzero(stacked) == stacked.size):
+            stacked = np.sort(stacked, axis=0)
         columns[target] = stacked[1]
         columns[f"{target}_p10"] = stacked[0]
         columns[f"{target}_p90"] = stacked[2]

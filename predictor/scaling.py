@@ -18,7 +18,12 @@ from perfcast.features.scaling import (
     gpus_per_node_of,
     ring_link_gbps,
 )
-from perfcast.predictor.base import TaskPredictor, flags_column, interval_columns
+from perfcast.predictor.base import (
+    TaskPredictor,
+    flags_categorical,
+    flags_column,
+    interval_columns,
+)
 from perfcast.predictor.regressors import ConformalQuantiles, QuantileGBM, make_regressor
 from perfcast.predictor.scaling_calibration import (
     HeldOutCluster,
@@ -158,13 +163,22 @@ class ScalingPredictor(TaskPredictor):
             return self._answer(*self._general(rows), groups)
         return self._answer(*self._few(table), groups)
 
-    def _predict_interval(self, rows: pd.DataFrame, fast: bool | None = None) -> pd.DataFrame:
+    def predict_checked(self, rows: pd.DataFrame) -> pd.DataFrame:
+        """`TaskPredictor.predict_checked`, the `flags` a categorical: each distinct set
+        spelled once, not one string per row (10^5 candidates have a few sets)."""
+        self._require_fitted()
+        return self._predict_interval(rows, text_flags=False)
+
+    def _predict_interval(
+        self, rows: pd.DataFrame, fast: bool | None = None, text_flags: bool = True
+    ) -> pd.DataFrame:
         """`fast` (default: up to FEW_ROWS rows) takes `scaling_fast`'s path to the same
         features and flags."""
         if fast if fast is not None else len(rows) <= FEW_ROWS:
-            answer = self._answer(*self._few(frame_table(rows)))
+            table, X, log_base, flags = self._few(frame_table(rows))
         else:
-            answer = self._answer(*self._general(rows))
+            table, X, log_base, flags = self._general(rows)
+        answer = self._answer(table, X, log_base, flags, text_flags=text_flags)
         return pd.DataFrame(answer, index=rows.index)
 
     def _few(self, table: Table) -> tuple[Table, FewRowFeatures, np.ndarray, dict]:
@@ -215,8 +229,10 @@ class ScalingPredictor(TaskPredictor):
         log_base: np.ndarray,
         flags: dict[str, np.ndarray],
         groups: Sequence[int] | None = None,
-    ) -> dict[str, np.ndarray]:
-        """The answer's columns (step time, p10, p90, flags) from the rows' features."""
+        text_flags: bool = True,
+    ) -> dict[str, np.ndarray | pd.Categorical]:
+        """The answer's columns (step time, p10, p90, flags) from the rows' features; the
+        flags as text (`flags_column`) or as `flags_categorical`."""
         out = np.empty((3, len(log_base)))
         has_base = np.isfinite(log_base)
         if self.ratio_model_ is None:
@@ -262,9 +278,9 @@ class ScalingPredictor(TaskPredictor):
         hi = hi * np.where(flags["monotonic_guard"], mid / raw, 1.0)
         lo, hi = np.fmin(lo, mid), np.fmax(hi, mid)
         answer = interval_columns(self.targets, [(lo, mid, hi)])
-        answer["flags"] = flags_column(
-            {k: v for k, v in flags.items() if k not in ("measured", "uncharted")}, len(mid)
-        )
+        tokens = {k: v for k, v in flags.items() if k not in ("measured", "uncharted")}
+        spell = flags_column if text_flags else flags_categorical
+        answer["flags"] = spell(tokens, len(mid))
         return answer
 
     def _flags(self, rows: pd.DataFrame, per_node: np.ndarray) -> dict[str, np.ndarray]:

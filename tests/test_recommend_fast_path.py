@@ -21,6 +21,7 @@ from perfcast.errors import ContractError
 from perfcast.features.devices import spec_frame
 from perfcast.features.scaling import distinct_groups, gpus_per_node_of, most_on_one_node
 from perfcast.optimizer import configs
+from perfcast.predictor.base import FLAGS, flags_categorical, flags_column, interval_columns
 from perfcast.predictor.scaling import ScalingPredictor, _numbers
 from perfcast.predictor.scaling_fast import (
     FEW_ROWS,
@@ -504,8 +505,8 @@ def test_pareto_front_keeps_what_the_loop_kept(points: list, random, blocked: bo
 
 
 # The recommendation's candidates are checked once per request (`checked_candidates`) and
-# predicted without checking their 10^5 rows again (`predict_checked`): held to the checked
-# path on the same requests, errors included.
+# predicted without checking their 10^5 rows again (`predict_checked`), flags spelled once
+# per distinct set: held to the checked path on the same requests, errors included.
 
 
 class ModelBackend:
@@ -596,6 +597,7 @@ def test_candidates_checked_once_are_the_rows_checked_one_by_one(model, request,
     if isinstance(before, tuple):
         assert answer == before
         return
+    assert isinstance(answer["flags"].dtype, pd.CategoricalDtype)
     pd.testing.assert_frame_equal(_as_text(answer, before), before, check_exact=True)
 
 
@@ -641,3 +643,44 @@ def test_recommendations_from_checked_candidates_are_the_checked_paths(
     assert (got.objective, got.candidates, got.unpredicted, got.infeasible, got.notes) == (
         want.objective, want.candidates, want.unpredicted, want.infeasible, want.notes,
     )  # fmt: skip
+
+
+def old_flags_column(flags: dict, n: int) -> np.ndarray:
+    """`predictor.base.flags_column` as it was (np.unique of the bits)."""
+    tokens = [t for t in FLAGS if t in flags]
+    bits = np.zeros(n, dtype=np.int64)
+    for i, token in enumerate(tokens):
+        bits |= np.asarray(flags[token], dtype=bool).astype(np.int64) << i
+    sets, codes = np.unique(bits, return_inverse=True)
+    words = [",".join(t for i, t in enumerate(tokens) if s >> i & 1) for s in sets.tolist()]
+    return np.array(words, dtype=object)[codes.reshape(-1)]
+
+
+@given(
+    st.lists(st.sampled_from(list(FLAGS)), unique=True, max_size=len(FLAGS)),
+    st.integers(1, 40),
+    st.randoms(use_true_random=False),
+)
+def test_flags_spelled_once_per_set_are_the_flags_column(tokens, n, random) -> None:
+    flags = {t: np.array([random.random() < 0.3 for _ in range(n)]) for t in tokens}
+    want = old_flags_column(flags, n)
+    assert flags_column(flags, n).tolist() == want.tolist()
+    spelled = flags_categorical(flags, n)
+    assert np.asarray(spelled, dtype=object).tolist() == want.tolist()
+    assert len(spelled.categories) == len(set(want))
+
+
+@given(
+    st.lists(
+        st.tuples(*[st.sampled_from([0.0, -0.0, 1.0, 2.0, 2.0, np.nan, np.inf])] * 3),
+        min_size=1,
+        max_size=20,
+    )
+)
+def test_intervals_in_order_are_as_sorted(rows: list) -> None:
+    quantiles = [tuple(np.array([r[k] for r in rows]) for k in range(3))]
+    got = interval_columns(("y",), quantiles)
+    stacked = np.sort(np.vstack(quantiles[0]), axis=0)
+    for name, k in (("y_p10", 0), ("y", 1), ("y_p90", 2)):
+        np.testing.assert_array_equal(got[name], stacked[k])
+        np.testing.assert_array_equal(np.signbit(got[name]), np.signbit(stacked[k]))
