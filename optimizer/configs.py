@@ -234,7 +234,7 @@ def score_candidates(
     Calls `backend.predict("scaling", ...)` once. Columns with `_p10`/`_p90` are the values
     implied by the step time's p10/p90 (for throughput, p10 comes from the p90 step time).
     """
-    return _scored(candidates, backend.predict("scaling", candidates), work)
+    return _Scored(candidates, backend.predict("scaling", candidates), work).frame()
 
 
 def _predicted(candidates: pd.DataFrame, backend: PredictionBackend) -> pd.DataFrame:
@@ -245,16 +245,52 @@ def _predicted(candidates: pd.DataFrame, backend: PredictionBackend) -> pd.DataF
     return backend.predict("scaling", candidates)
 
 
-def _scored(candidates: pd.DataFrame, pred: pd.DataFrame, work: Work | None) -> pd.DataFrame:
-    if len(pred) != len(candidates):
-        raise PerfcastError(
-            f"the prediction backend answered {len(pred)} rows for {len(candidates)} candidates"
-        )
-    out = candidates.reset_index(drop=True)
+class _Scored:
+    """`score_candidates`' columns without its frame of 10^5 rows: the candidates' columns
+    and the new ones as arrays, by name (a new column replaces a job column of its name, as
+    in the frame); `rows` makes the frame of only the rows asked for."""
+
+    def __init__(self, candidates: pd.DataFrame, pred: pd.DataFrame, work: Work | None) -> None:
+        if len(pred) != len(candidates):
+            raise PerfcastError(
+                f"the prediction backend answered {len(pred)} rows for {len(candidates)} candidates"
+            )
+        self.candidates = candidates.reset_index(drop=True)
+        self.new = _score_columns(self.candidates, pred, work)
+
+    def __len__(self) -> int:
+        return len(self.candidates)
+
+    def __getitem__(self, name: str) -> np.ndarray | pd.Series:
+        return self.new[name] if name in self.new else self.candidates[name]
+
+    def frame(self) -> pd.DataFrame:
+        return _joined(self.candidates, self.new)
+
+    def rows(self, positions: np.ndarray) -> pd.DataFrame:
+        """`frame().iloc[positions]`, its index 0, 1, ..."""
+        chosen = self.candidates.iloc[positions].reset_index(drop=True)
+        return _joined(chosen, {name: values[positions] for name, values in self.new.items()})
+
+
+def _joined(out: pd.DataFrame, new: dict[str, np.ndarray]) -> pd.DataFrame:
+    """The candidates `out` (a 0, 1, ... index) with the `new` columns."""
+    if any(name in out.columns for name in new):  # a job column of the same name: replaced
+        out = out.copy(deep=False)
+        for name, values in new.items():
+            out[name] = values
+        return out
+    return pd.concat([out, pd.DataFrame(new, index=out.index)], axis=1)
+
+
+def _score_columns(
+    out: pd.DataFrame, pred: pd.DataFrame, work: Work | None
+) -> dict[str, np.ndarray]:
+    """The columns `score_candidates` adds to the candidates `out`, as arrays."""
     step = {q: pred[f"step_time_s{q}"].to_numpy(dtype=float) for q in ("", "_p10", "_p90")}
     gpus = out["num_gpus"].to_numpy()
     global_batch = gpus * out["local_batch_size"].to_numpy()
-    # the new columns made as arrays and joined to the candidates at once (one column at a
+    # arrays, joined to the candidates at once where a frame is wanted (one column at a
     # time, each insert into a 10^5-row frame costs more than its arithmetic)
     new: dict[str, np.ndarray] = {"global_batch_size": global_batch}
     new["step_time_s"], new["step_time_s_p10"], new["step_time_s_p90"] = step.values()
@@ -281,11 +317,7 @@ def _scored(candidates: pd.DataFrame, pred: pd.DataFrame, work: Work | None) -> 
             seconds = work.iterations * step[q]
         new[f"total_time_s{q}"] = seconds
         new[f"cost{q}"] = seconds / 3600 * gpus * price
-    if any(name in out.columns for name in new):  # a job column of the same name: replaced
-        for name, values in new.items():
-            out[name] = values
-        return out
-    return pd.concat([out, pd.DataFrame(new, index=out.index)], axis=1)
+    return new
 
 
 def _single_gpu_throughput(scored: pd.DataFrame, throughput: np.ndarray) -> np.ndarray:
@@ -337,14 +369,14 @@ def recommend(
     if top_k < 1:
         raise PerfcastError("top_k must be >= 1")
     candidates = enumerate_candidates(job, pools, local_batch_sizes, gpu_counts)
-    scored = _scored(candidates, _predicted(candidates, backend), work)
+    scored = _Scored(candidates, _predicted(candidates, backend), work)
     notes: list[str] = []
 
-    # Select and rank on numpy columns; only the top rows are taken from the wide frame.
+    # Select and rank on numpy columns; a frame is made of the top rows only.
     def column(name: str) -> np.ndarray:
-        return scored[name].to_numpy(dtype=float)
+        return np.asarray(scored[name], dtype=float)
 
-    in_search = scored["in_search"].to_numpy(dtype=bool)
+    in_search = np.asarray(scored["in_search"], dtype=bool)
     eligible = in_search & np.isfinite(column("step_time_s"))
     unpredicted = int(in_search.sum() - eligible.sum())
     if unpredicted:
@@ -362,7 +394,8 @@ def recommend(
     if max_cost is not None:
         feasible &= column("cost") <= max_cost
     if not feasible.any():
-        raise NoFeasibleConfigError(_nothing_feasible(scored[eligible], deadline_s, max_cost))
+        pool = {name: column(name)[eligible] for name in ("total_time_s_p90", "cost")}
+        raise NoFeasibleConfigError(_nothing_feasible(pool, deadline_s, max_cost))
     rows = np.flatnonzero(feasible)
     columns, ascending = _rank_columns(objective, deadline_s is not None)
     if deadline_s is not None and np.isnan(column("cost")[rows]).all():
@@ -371,7 +404,7 @@ def recommend(
     keys = [column(c)[rows] * (1 if up else -1) for c, up in zip(columns, ascending, strict=True)]
     ranked = rows[np.lexsort(keys[::-1])]
     best = ranked[_diverse_front(scored, ranked, top_k)]
-    top = scored.iloc[best].drop(columns=["in_search"]).reset_index(drop=True)
+    top = scored.rows(best).drop(columns=["in_search"])
     top["placement"] = top["placement"].astype("string")
     for name in ("gpu_type", *job, "flags"):  # the categoricals of text: text again
         if name in top.columns and isinstance(top[name].dtype, pd.CategoricalDtype):
@@ -387,7 +420,7 @@ def recommend(
     )
 
 
-def _diverse_front(scored: pd.DataFrame, ranked: np.ndarray, top_k: int) -> np.ndarray:
+def _diverse_front(scored: _Scored | pd.DataFrame, ranked: np.ndarray, top_k: int) -> np.ndarray:
     """Positions in `ranked` (feasible rows, best first) of up to `top_k` configurations that
     differ: the best, then configurations on the Pareto front of time, cost and GPUs, each as
     far (in log scale) from those already chosen as possible, in rank order. Without this the
@@ -398,10 +431,10 @@ def _diverse_front(scored: pd.DataFrame, ranked: np.ndarray, top_k: int) -> np.n
     GPUs of one pool, more time also costs more. Short fronts are filled in rank order."""
     if len(ranked) <= 1:
         return np.arange(len(ranked))
-    gpus = scored["num_gpus"].to_numpy(dtype=float)[ranked]
-    time = scored["total_time_s"].to_numpy(dtype=float)[ranked]
-    time = np.where(np.isfinite(time), time, 1 / scored["throughput"].to_numpy(float)[ranked])
-    cost = scored["cost"].to_numpy(dtype=float)[ranked]
+    gpus = np.asarray(scored["num_gpus"], dtype=float)[ranked]
+    time = np.asarray(scored["total_time_s"], dtype=float)[ranked]
+    time = np.where(np.isfinite(time), time, 1 / np.asarray(scored["throughput"], float)[ranked])
+    cost = np.asarray(scored["cost"], dtype=float)[ranked]
     cost = np.where(np.isfinite(cost), cost, time * gpus)
     # GPU types numbered in rank order (codes of the whole column first: no strings hashed)
     kind = pd.factorize(pd.factorize(scored["gpu_type"], use_na_sentinel=False)[0][ranked])[0]
@@ -465,23 +498,25 @@ def _best_per_group(group: np.ndarray, time: np.ndarray, cost: np.ndarray) -> np
     return first[np.argsort(groups, kind="stable")]
 
 
-def _nothing_feasible(pool: pd.DataFrame, deadline_s: float | None, max_cost: float | None) -> str:
-    if pool.empty:
+def _nothing_feasible(
+    pool: Mapping[str, np.ndarray], deadline_s: float | None, max_cost: float | None
+) -> str:
+    """Why none of the eligible candidates (`pool`: their p90 total times and costs) fits."""
+    if not len(pool["cost"]):
         return "the backend predicted no step time for any candidate"
     parts = []
     if deadline_s is not None:
-        parts.append(
-            f"the deadline of {deadline_s:g} s (fastest p90 time: "
-            f"{pool['total_time_s_p90'].min():.0f} s)"
-        )
+        fastest = pd.Series(pool["total_time_s_p90"]).min()  # NaN skipped
+        parts.append(f"the deadline of {deadline_s:g} s (fastest p90 time: {fastest:.0f} s)")
     if max_cost is not None:
-        parts.append(f"the budget of ${max_cost:g} (cheapest: ${pool['cost'].min():.2f})")
+        cheapest = pd.Series(pool["cost"]).min()
+        parts.append(f"the budget of ${max_cost:g} (cheapest: ${cheapest:.2f})")
     return "no configuration meets " + " and ".join(parts)
 
 
 def _reasons(
     top: pd.DataFrame,
-    scored: pd.DataFrame,
+    scored: _Scored | pd.DataFrame,
     objective: Objective,
     deadline_s: float | None,
     max_cost: float | None,
@@ -531,14 +566,14 @@ class _Related:
     """The rows a reason may compare a top row with: same GPU type, count and local batch
     size, as arrays of the scored candidates' columns (no frame of 10^5 rows filtered)."""
 
-    def __init__(self, scored: pd.DataFrame, top: pd.DataFrame) -> None:
-        self.rows = np.flatnonzero(np.isin(scored["num_gpus"].to_numpy(), top["num_gpus"]))
+    def __init__(self, scored: _Scored | pd.DataFrame, top: pd.DataFrame) -> None:
+        self.rows = np.flatnonzero(np.isin(np.asarray(scored["num_gpus"]), top["num_gpus"]))
         kinds = scored["gpu_type"].iloc[self.rows]
         self.kind, self.kinds = pd.factorize(kinds, use_na_sentinel=False)
-        self.gpus = scored["num_gpus"].to_numpy()[self.rows]
-        self.bsz = scored["local_batch_size"].to_numpy()[self.rows]
-        self.nodes = scored["num_nodes"].to_numpy()[self.rows]
-        self.throughput = scored["throughput"].to_numpy()[self.rows]
+        self.gpus = np.asarray(scored["num_gpus"])[self.rows]
+        self.bsz = np.asarray(scored["local_batch_size"])[self.rows]
+        self.nodes = np.asarray(scored["num_nodes"])[self.rows]
+        self.throughput = np.asarray(scored["throughput"])[self.rows]
 
     def spread_penalty(self, row: object) -> str:
         """How much throughput spreading over more nodes costs vs the fewest nodes possible

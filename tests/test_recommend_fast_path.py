@@ -639,6 +639,17 @@ def test_recommendations_from_checked_candidates_are_the_checked_paths(
         assert got == want
         return
     pd.testing.assert_frame_equal(got.top, want.top, check_exact=True)
+    # the top rows, made alone, are the rows of the whole scored frame
+    candidates = configs.enumerate_candidates(job, pools, sizes)
+    every = configs.score_candidates(candidates, ModelBackend(model), configs.Work(samples=1e7))
+    key = ["gpu_type", "num_nodes", "num_gpus", "local_batch_size"]
+    position = {row: i for i, row in enumerate(every[key].astype(object).itertuples(index=False))}
+    at = [position[row] for row in want.top[key].astype(object).itertuples(index=False)]
+    rows = every.iloc[at].drop(columns=["in_search"]).reset_index(drop=True)
+    rows["placement"] = rows["placement"].astype("string")
+    text = [c for c, t in rows.dtypes.items() if isinstance(t, pd.CategoricalDtype)]
+    rows = rows.astype(dict.fromkeys(text, str)).assign(reason=want.top["reason"])
+    pd.testing.assert_frame_equal(want.top, rows, check_exact=True)
     assert got.top["flags"].dtype == want.top["flags"].dtype
     assert (got.objective, got.candidates, got.unpredicted, got.infeasible, got.notes) == (
         want.objective, want.candidates, want.unpredicted, want.infeasible, want.notes,
