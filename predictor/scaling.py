@@ -259,23 +259,27 @@ class ScalingPredictor(TaskPredictor):
         # `_general`: the communication model is not extrapolated, toward faster links its
         # overhead shrinks toward perfect scaling itself), never below the one-GPU time, with
         # the same wide interval.
-        t1 = np.exp(_column(X, "log_t1"))
-        fallback = flags["no_interconnect_facts"] & np.isfinite(t1)
-        slower = flags["slower_links"] & np.isfinite(t1)
-        mid = np.where(fallback, t1, np.where(slower, np.fmax(mid, t1), mid))
-        wide = fallback | slower
-        lo = np.where(wide, np.fmin(lo, t1 / UNSEEN_SPREAD**0.5), lo)
-        hi = np.where(wide, np.fmax(hi, t1 * UNSEEN_SPREAD), hi)
+        # (each step only where some row needs it: 10^5 candidates mostly do not)
+        fallback, slower = flags["no_interconnect_facts"], flags["slower_links"]
+        if fallback.any() or slower.any():
+            t1 = np.exp(_column(X, "log_t1"))
+            fallback, slower = fallback & np.isfinite(t1), slower & np.isfinite(t1)
+            mid = np.where(fallback, t1, np.where(slower, np.fmax(mid, t1), mid))
+            wide = fallback | slower
+            lo = np.where(wide, np.fmin(lo, t1 / UNSEEN_SPREAD**0.5), lo)
+            hi = np.where(wide, np.fmax(hi, t1 * UNSEEN_SPREAD), hi)
         unseen = flags["new_job"] | flags["new_gpu_type"]
-        lo = np.where(unseen, np.fmin(lo, mid / UNSEEN_SPREAD), lo)
-        hi = np.where(unseen, np.fmax(hi, mid * UNSEEN_SPREAD), hi)
+        if unseen.any():
+            lo = np.where(unseen, np.fmin(lo, mid / UNSEEN_SPREAD), lo)
+            hi = np.where(unseen, np.fmax(hi, mid * UNSEEN_SPREAD), hi)
         per_node = _column(X, "gpus_per_node").astype("int64")
         raw = mid
         mid, flags["monotonic_guard"] = self._monotonic(
             rows, per_node, mid, flags["measured"], groups
         )
-        # a raised p50 carries its p90 up with it: the interval keeps its relative width
-        hi = hi * np.where(flags["monotonic_guard"], mid / raw, 1.0)
+        if flags["monotonic_guard"].any():
+            # a raised p50 carries its p90 up with it: the interval keeps its relative width
+            hi = hi * np.where(flags["monotonic_guard"], mid / raw, 1.0)
         lo, hi = np.fmin(lo, mid), np.fmax(hi, mid)
         answer = interval_columns(self.targets, [(lo, mid, hi)])
         tokens = {k: v for k, v in flags.items() if k not in ("measured", "uncharted")}

@@ -276,8 +276,11 @@ def most_on_one_node_of(texts: list) -> np.ndarray:
         points = np.frombuffer("".join(chosen).encode("ascii"), dtype=np.uint8)
         starts = np.cumsum(lengths) - lengths
         digit = (points >= ord("0")) & (points <= ord("9"))
-        running = np.concatenate([[0], np.cumsum(~digit)])
-        all_digits = running[starts + lengths] == running[starts]
+        if digit.all():  # (a candidate table's 10^4 placements: no count per text needed)
+            all_digits = np.ones(len(chosen), dtype=bool)
+        else:
+            running = np.concatenate([[0], np.cumsum(~digit)])
+            all_digits = running[starts + lengths] == running[starts]
         biggest = np.maximum.reduceat(points, starts).astype(float) - ord("0")
         out[np.asarray(plain)] = np.where(all_digits, biggest, np.nan)
     rest = np.ones(len(texts), dtype=bool)
@@ -548,15 +551,21 @@ class ManyRowFeatures(FewRowFeatures):
         if "job" in names:
             dummy = {name: np.zeros(len(self.jobs)) for name in self.columns}
             per_job = gbm.columns_matrix(dummy, {"job": self.jobs})[:, names.index("job")]
-        columns = [
-            per_job[rows]
-            if name == "job"
-            else (self.columns[name] if every else self.columns[name][mask])
-            for name in names
-        ]
-        # column-major: each column copied once, as LightGBM reads either layout (the same
-        # numbers, the same leaves); no interleaving of 10^5 rows into a row-major matrix
-        return np.stack(columns).T
+        chosen = None if every else np.flatnonzero(mask)
+        arrays = [per_job if name == "job" else self.columns[name] for name in names]
+        # column-major: each column copied once, straight into its row of the matrix, as
+        # LightGBM reads either layout (the same numbers, the same leaves); no interleaving
+        # of 10^5 rows into a row-major matrix, no masked copy stacked again
+        out = np.empty((len(names), len(rows)), dtype=np.result_type(*arrays))
+        for k, (name, values) in enumerate(zip(names, arrays, strict=True)):
+            at = rows if name == "job" else None if every else chosen
+            if at is None:
+                out[k] = values
+            elif values.dtype == out.dtype:  # (in range: "clip" only spares a buffer)
+                np.take(values, at, out=out[k], mode="clip")
+            else:
+                out[k] = values[at]
+        return out.T
 
 
 def many_row_design(
