@@ -578,6 +578,29 @@ def few_row_columns(
     return columns
 
 
+def validates_as_is(
+    rows: pd.DataFrame, sample: pd.DataFrame, kind: str, exclude: Sequence[str] = ()
+) -> bool:
+    """Whether `validate` returns `rows` as they are, told from a few of them (`sample`)
+    where the caller knows every other row passes when those do (rows it built valid around
+    the sample's values, as the optimizer builds its candidates): each contract column of
+    `rows` already of the contract's dtype (a categorical of text counting as text: it is
+    checked on its categories and read by its codes), and the sample's records already of
+    the contract's Python types and passing every rule (`few_row_columns`). False where
+    that cannot be told so; `validate` then decides."""
+    schema = SCHEMAS.get(kind)
+    if schema is None:
+        return False
+    for name, column in schema.columns.items():
+        if name not in rows.columns:
+            continue
+        dtype = rows[name].dtype
+        text = isinstance(column.dtype.type, pd.StringDtype)
+        if not (text and isinstance(dtype, pd.CategoricalDtype)) and dtype != column.dtype.type:
+            return False
+    return few_row_columns(sample.to_dict("records"), kind, exclude) is not None
+
+
 def _contract_error(cases: pd.DataFrame, kind: str, source: str | None) -> ContractError:
     details, first = [], None
     cases = cases.copy()

@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 from pandas.api.types import union_categoricals
 
-from perfcast.datasets.contract import validate_prediction_rows
+from perfcast.datasets.contract import validate_prediction_rows, validates_as_is
 from perfcast.errors import ContractError, PerfcastError
 from perfcast.optimizer.spread import even_placement
 from perfcast.predictor.backend import TASK_TABLES, PredictionBackend, Task
@@ -202,12 +202,16 @@ def checked_candidates(candidates: pd.DataFrame) -> pd.DataFrame:
     """`enumerate_candidates`' rows as the contract's check of prediction rows returns them,
     checking the first row of each GPU pool only: the others differ from it in the columns
     that `enumerate_candidates` builds valid (GPUs, nodes, their placement, batch sizes >= 1),
-    and the job's values are the request's, repeated. A job column the check coerces takes
-    its coerced value; text stays categorical (its one string). Where a pool's row fails, the
-    whole table is checked, so the error is the one it always was."""
+    and the job's values are the request's, repeated. Where those rows' values are plain and
+    valid and no column needs coercing (`contract.validates_as_is`), the candidates are the
+    checked rows as they are; else the rows are checked as a frame, and a job column the check
+    coerces takes its coerced value (text stays categorical: its one string). Where a pool's
+    row fails, the whole table is checked, so the error is the one it always was."""
     kind, targets = TASK_TABLES["scaling"]
     source = "scaling prediction rows"  # as `TaskPredictor._check_rows` names them
     first = np.unique(candidates["gpu_type"].cat.codes.to_numpy(), return_index=True)[1]
+    if validates_as_is(candidates, candidates.iloc[first], kind, exclude=targets):
+        return candidates  # the job's values plain and valid, no column to coerce
     # their values as text, not a categorical's 10^4 placements checked for a few rows
     text = [n for n, t in candidates.dtypes.items() if isinstance(t, pd.CategoricalDtype)]
     pool_rows = candidates.iloc[first].astype(dict.fromkeys(text, object))
