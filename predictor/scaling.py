@@ -376,9 +376,7 @@ class ScalingPredictor(TaskPredictor):
         free = ~measured
         guarded = mid.copy()
         # batch: the running maximum over increasing batch within (configuration, GPU type)
-        order = np.lexsort((bsz, gpu, group))
-        floor = pd.Series(guarded[order]).groupby([group[order], gpu[order]]).cummax().to_numpy()
-        guarded[order[free[order]]] = floor[free[order]]
+        guarded[free] = _batch_floor(group, gpu, bsz, mid)[free]
         # GPU: the minimum over the GPU types this one is at least as fast as, same batch
         specs = spec_frame(pd.Series(gpu_names))
         flops, bw = specs["peak_tflops_fp32"].to_numpy(), specs["mem_bw_gbps"].to_numpy()
@@ -394,6 +392,48 @@ class ScalingPredictor(TaskPredictor):
             ceiling = table[cell[these]][:, at_least[code]].min(axis=1)
             guarded[these] = np.minimum(guarded[these], ceiling)
         return guarded, guarded != mid
+
+
+def _batch_floor(
+    group: np.ndarray, gpu: np.ndarray, bsz: np.ndarray, values: np.ndarray
+) -> np.ndarray:
+    """Each row's running maximum of `values` (NaN skipped: NaN where its own is, as pandas'
+    cummax) over the rows of its group and GPU type in order of increasing batch, ties in
+    row order."""
+    floor = _batch_floor_by_table(group, gpu, bsz, values)
+    if floor is None:
+        order = np.lexsort((bsz, gpu, group))
+        floor = np.empty_like(values)
+        grouped = pd.Series(values[order]).groupby([group[order], gpu[order]])
+        floor[order] = grouped.cummax().to_numpy()
+    return floor
+
+
+def _batch_floor_by_table(
+    group: np.ndarray, gpu: np.ndarray, bsz: np.ndarray, values: np.ndarray
+) -> np.ndarray | None:
+    """`_batch_floor` without sorting the rows, where no two rows of a group and GPU type
+    share a batch (10^5 candidates of a few batch sizes): a table of (group and GPU type) x
+    batch, in increasing batch, whose running maximum along each row is np.fmax.accumulate.
+    None where that does not hold, where the batches are many or missing, or where a value
+    is zero (whose sign pandas' cummax and fmax may keep differently)."""
+    codes, sizes = pd.factorize(bsz)
+    if np.isnan(sizes).any() or len(sizes) > 64 or np.count_nonzero(values) < len(values):
+        return None
+    rank = np.empty(len(sizes), dtype=np.int64)
+    rank[np.argsort(sizes)] = np.arange(len(sizes))
+    cell = radix_groups([group, gpu])[0]
+    levels = len(sizes)
+    size = (int(cell.max()) + 1) * levels
+    if size > 8 * len(values):
+        return None
+    key = cell * levels + rank[codes]
+    if np.bincount(key, minlength=size).max() > 1:
+        return None  # two rows at one batch: their order decides, the sort keeps it
+    table = np.full(size, np.nan)
+    table[key] = values
+    running = np.fmax.accumulate(table.reshape(-1, levels), axis=1).reshape(-1)[key]
+    return np.where(np.isnan(values), np.nan, running)
 
 
 # What the correction to the physical base does not see: the overhead the links cause. The

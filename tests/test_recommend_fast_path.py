@@ -430,7 +430,7 @@ def old_monotonic(rows, per_node, mid, measured, groups=None):
     return guarded, guarded != mid
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(
     st.lists(
         st.tuples(
@@ -449,13 +449,21 @@ def old_monotonic(rows, per_node, mid, measured, groups=None):
     st.booleans(),
     st.booleans(),
     st.booleans(),
+    st.booleans(),
 )
-def test_monotonic_guard_answers_as_before(rows: list, categorical, grouped, many) -> None:
+def test_monotonic_guard_answers_as_before(
+    rows: list, categorical, grouped, many, distinct
+) -> None:
+    """`ScalingPredictor._monotonic` answers as the code before it; `distinct`: no two rows
+    of one configuration, GPU type and batch, as in a candidate table (the running maximum
+    over batches then made by table, not by sort)."""
     frame = pd.DataFrame(
         rows,
         columns=["job", "gpu_type", "num_gpus", "num_nodes", "per_node", "local_batch_size",
                  "mid", "measured"],
     )  # fmt: skip
+    if distinct:
+        frame = frame.drop_duplicates(frame.columns[:6].tolist(), ignore_index=True)
     frame["job"] = frame["job"].astype("category" if categorical else "str")
     frame["gpu_type"] = frame["gpu_type"].astype("category" if categorical else "str")
     if many:  # past FEW_ROWS: the pandas path, the rows repeated
