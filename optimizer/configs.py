@@ -2,11 +2,13 @@
 
 `recommend` enumerates every candidate in one DataFrame (GPU type × GPU count × node count ×
 local batch size, GPUs spread as evenly as possible over the nodes), asks the prediction backend
-for all their step times in ONE `predict("scaling", ...)` call, derives throughput, scaling
-efficiency, total time and cost (each with the interval implied by the step time's p10/p90),
-filters by deadline and budget, ranks by the objective and explains the top few in one line
-each. Everything after the prediction is column arithmetic, so 10^6 candidates are scored in
-about a second plus the backend's own time (see docs/BENCHMARKS.md, section `optimizer`).
+for all their step times in ONE `predict("scaling", ...)` call (`predict_checked` where the
+backend takes rows already checked: the request is checked once, not each candidate), derives
+throughput, scaling efficiency, total time and cost (each with the interval implied by the step
+time's p10/p90) as arrays, filters by deadline and budget, ranks by the objective and explains
+the top few in one line each, a frame made of those rows only. Everything after the prediction
+is column arithmetic, so 10^6 candidates are scored in about a second plus the backend's own
+time (see docs/BENCHMARKS.md, section `optimizer`).
 
 `search_engine_knobs` is the other half: continuous or very large spaces (threads, memory
 limit, shuffle partitions of a big-data engine) searched with Optuna's seeded TPE sampler.
