@@ -83,6 +83,9 @@ for _side in ("a", "b"):
         f"{_side}_mem_mb": _opt(float, _NONNEG, _FINITE),
         f"{_side}_speed": _req(float, _POS, _FINITE),
     }
+# how the two jobs shared the device: taking turns (two processes, no MPS), kernels at once
+# through an MPS server, or separate MIG slices (predictor/interference.py uses time-slice)
+_PAIR_COLUMNS["sharing"] = _opt(str, pa.Check.isin(["time-slice", "mps", "mig"]))
 INTERFERENCE = pa.DataFrameSchema(_PAIR_COLUMNS, coerce=True, strict=False, name="interference")
 
 TRACE = pa.DataFrameSchema(

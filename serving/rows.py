@@ -78,6 +78,12 @@ COLUMNS: dict[str, Column] = {
     "mem_util": Column("memory-bandwidth utilization counter when alone", "%", 45.0),
     "mem_mb": Column("device memory used when alone", "MB", 4096.0),
     "speed": Column("throughput when co-located ÷ throughput alone", "ratio", 0.8),
+    "sharing": Column(
+        "how the pair shared the device: time-slice (two processes taking turns, no MPS), mps "
+        "or mig",
+        None,
+        "time-slice",
+    ),
     # trace
     "job_id": Column("job id, unique within the rows", None, "j1"),
     "duration_s": Column("run time when run as requested", "s", 3600.0),

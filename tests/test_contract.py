@@ -89,6 +89,16 @@ def test_interference_speed_must_be_positive() -> None:
     assert err.value.column == "a_speed"
 
 
+def test_interference_sharing_is_one_of_the_modes_or_absent() -> None:
+    row = {"gpu_type": "h100", "a_job": "a", "b_job": "b", "a_batch_size": 1, "b_batch_size": 1,
+           "a_speed": 0.5, "b_speed": 0.5}  # fmt: skip
+    for sharing in ("time-slice", "mps", "mig", None):
+        datasets.validate(pd.DataFrame([row | {"sharing": sharing}]), "interference")
+    with pytest.raises(ContractError) as err:
+        datasets.validate(pd.DataFrame([row | {"sharing": "round-robin"}]), "interference")
+    assert err.value.column == "sharing"
+
+
 def test_nothing_is_written_from_a_broken_table(tmp_path: Path) -> None:
     out = tmp_path / "out.parquet"
     with pytest.raises(ContractError):
