@@ -223,7 +223,9 @@ def _normalize_booleans(df: pd.DataFrame, schema: pa.DataFrameSchema) -> pd.Data
                     return False
                 return v
 
-            df[name] = df[name].map(parse)
+            # as objects: a categorical column (the optimizer's candidates) would stay one, and
+            # pandera's coercion of a categorical with a bad value raises TypeError, not a report
+            df[name] = df[name].astype(object).map(parse)
     return df
 
 

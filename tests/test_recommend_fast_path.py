@@ -573,7 +573,7 @@ def _outcome(call):
         return call()
     except ContractError as err:
         return ContractError, str(err), err.row, err.column, err.details
-    except (TypeError, ValueError) as err:  # as before: `amp` "maybe", `params_m` "x"
+    except (TypeError, ValueError) as err:  # as before: `params_m` "x"
         return type(err), str(err)
 
 

@@ -125,6 +125,12 @@ def test_bad_request_fields_are_422_with_the_field_path(http) -> None:
     r = http.post("/v1/recommend", json=request)
     assert r.status_code == 422
     assert ["body", "pools", 0, "nodes"] in [d["loc"] for d in r.json()["detail"]]
+    # a job column the contract cannot read is the caller's error (was a 500: pandera raised
+    # TypeError on the candidates' categorical column)
+    pools = [{**request["pools"][0], "nodes": 1}]
+    job = {"job": "resnet18", "amp": "maybe"}
+    bad_amp = http.post("/v1/recommend", json={**request, "job": job, "pools": pools})
+    assert bad_amp.status_code == 422 and "amp" in bad_amp.text
     too_many = http.post("/v1/predict/scaling", json={"rows": [{"job": "x"}] * 10_001})
     assert too_many.status_code == 422 and too_many.json()["detail"][0]["loc"] == ["body", "rows"]
 
