@@ -129,6 +129,9 @@ def _value(task: str, name: str) -> st.SearchStrategy:
     dtype = str(spec.dtype).lower()
     kind = "integer" if "int" in dtype else "boolean" if "bool" in dtype else \
         "number" if "float" in dtype else "string"  # fmt: skip
+    allowed = next((c.statistics["allowed_values"] for c in spec.checks if c.name == "isin"), None)
+    if allowed:  # an enumerated column (graph `mode`, interference `sharing`): one of its values
+        return st.sampled_from(sorted(allowed))
     if kind == "string":
         return st.just(example_row(task).get(name, "x") if name != "placement" else "4")
     if kind == "number" and any(c.name == "in_range" for c in spec.checks):
