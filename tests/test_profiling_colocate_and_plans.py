@@ -6,12 +6,20 @@ import json
 import math
 from pathlib import Path
 
+import pandas as pd
+import psutil
 import pytest
+import torch
 
 from perfcast.datasets.contract import validate
 from perfcast.errors import PerfcastError
 from perfcast.features.profiling import query_plans
-from perfcast.features.profiling.colocate import JobSpec, WindowSettings, colocate
+from perfcast.features.profiling.colocate import (
+    JobSpec,
+    WindowSettings,
+    colocate,
+    gpu_sharing,
+)
 
 
 def test_colocated_tiny_models_write_valid_interference_rows() -> None:
@@ -25,6 +33,23 @@ def test_colocated_tiny_models_write_valid_interference_rows() -> None:
         assert 0 < row[f"{side}_speed"] < 3
         assert math.isnan(row[f"{side}_gpu_util"]) and math.isnan(row[f"{side}_mem_util"])
         assert row[f"{side}_mem_mb"] > 0 and row[f"{side}_cpu_util"] > 0
+    assert pd.isna(row["sharing"])  # cores are shared by the OS: no GPU sharing mode
+
+
+def test_a_gpu_pair_says_whether_an_mps_server_ran(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without MPS two processes take turns on a GPU (`time-slice`, the rule the interference
+    predictor applies); with an MPS server their kernels may run at once (`mps`)."""
+
+    class Proc:
+        def __init__(self, name: str | None) -> None:
+            self.info = {"name": name}
+
+    running = [Proc("python3"), Proc(None)]
+    monkeypatch.setattr(psutil, "process_iter", lambda attrs: iter(running))
+    assert gpu_sharing(torch.device("cuda", 0)) == "time-slice"
+    running.append(Proc("nvidia-cuda-mps-server"))
+    assert gpu_sharing(torch.device("cuda", 0)) == "mps"
+    assert gpu_sharing(torch.device("cpu")) is None
 
 
 def test_job_spec_is_checked() -> None:
