@@ -83,13 +83,12 @@ class InterferencePredictor(TaskPredictor):
                 lo[known], mid[known], hi[known] = self.regressor_.predict_quantiles(X)
             if not known.all():
                 X = self.features_.general(rows[~known], side)
-                lo[~known], mid[~known], hi[~known] = _shrink(
-                    _widen(self.general_.predict_quantiles(X), self.general_margin_), share
-                )
+                general = _widen(self.general_.predict_quantiles(X), self.general_margin_)
+                lo[~known], mid[~known], hi[~known] = _shrink(general, share)
             if sliced.any():  # the physics of taking turns, in the general model's interval
-                X = self.features_.general(rows[sliced], side)
+                among = sliced[~known]  # (sliced rows are new-workload rows)
                 lo[sliced], mid[sliced], hi[sliced] = _recentre(
-                    _widen(self.general_.predict_quantiles(X), self.general_margin_),
+                    tuple(q[among] for q in general),
                     np.log(time_slice_speed(rows[sliced], side)),
                 )
             sides.append((np.exp(lo), np.exp(mid), np.exp(hi)))

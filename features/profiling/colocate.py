@@ -155,9 +155,10 @@ class ColocationSession:
 
     def __init__(self, settings: WindowSettings) -> None:
         self.settings = settings
-        self.gpu_type = device_name(resolve_device(settings.device))
+        device = resolve_device(settings.device)
+        self.gpu_type = device_name(device)
         self.source = f"measured:{socket.gethostname()}"
-        self.sharing = gpu_sharing(resolve_device(settings.device))
+        self.sharing = gpu_sharing(device)
         self._solo: dict[JobSpec, dict[str, float]] = {}
 
     def solo(self, job: JobSpec) -> dict[str, float]:
