@@ -6,6 +6,7 @@ One cluster for the module (it costs two `ray start`s)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -30,9 +31,13 @@ from perfcast.scheduler.live.store import JobStore
 from perfcast.scheduler.live.training import train
 from perfcast.scheduler.policies import make_policy
 
-# steps of at least 80 ms: the jobs still run while `ray status` (seconds) looks at them
+# steps of at least 80 ms: a job lasts seconds, long enough to be migrated mid-run
 SPEC = JobSpec(name="t", iterations=100, width=64, batch_size=32, checkpoint_every=20,
                min_step_time_s=0.08, config={"lr_step_every": 25})  # fmt: skip
+# steps of 250 ms (25 s a job): they still run while `ray status`, which takes seconds on a
+# loaded machine and reads a view of the cluster that lags the GCS, is asked until it is current
+WATCHED = SPEC.model_copy(update={"min_step_time_s": 0.25})
+RESERVED_3 = "/4.0 GPU (0.0 used of 3.0 reserved in placement groups)"
 
 
 @pytest.fixture(scope="module")
@@ -71,6 +76,7 @@ def runner(cluster, executor):
     cluster.add_node(2, num_cpus=1, resources={"second_raylet": 1})
     wait_for_nodes(2)
     runner.step()  # discovers the new node
+    executor.warm_spares(timeout_s=600)  # process start-up on a loaded host: minutes
     return runner
 
 
@@ -81,6 +87,27 @@ def groups() -> dict[str, dict]:
 
 def worker_nodes(ex: RayExecutor, job_id: str) -> list[str]:
     return [ray.get(w.info.remote())["node_id"] for w in ex.live[job_id].workers]
+
+
+@pytest.fixture(autouse=True)
+def stop_leftovers(executor):
+    """A test that fails mid-way stops its jobs, so the next one finds the GPUs free."""
+    yield
+    for job_id in list(executor.live):
+        with contextlib.suppress(ExecutorError):  # its failure is the test's, reported already
+            executor.stop(job_id, "the test ended")
+
+
+def ray_status(address: str, until: str, while_busy: tuple[RayExecutor, str]) -> str:
+    """What an operator (or an autoscaler) reads from `ray status`, asked again until it
+    shows `until`, for as long as the job it describes still runs."""
+    ex, job_id = while_busy
+    cli = Path(sys.executable).parent / "ray"
+    shown = ""
+    while until not in shown and ex.status(job_id)["busy"]:
+        shown = subprocess.run([cli, "status", "--address", address], capture_output=True,
+                               text=True, timeout=120).stdout  # fmt: skip
+    return shown
 
 
 def wait_finished(ex: RayExecutor, job_ids: set[str], timeout_s: float = 120) -> None:
@@ -101,13 +128,9 @@ def test_jobs_across_two_raylets_reserve_their_gpus_and_migrate(
     assert "second_raylet" in next(n for n in ray.nodes() if n["NodeID"] == second)["Resources"]
 
     for job_id in ("wide", "solo"):
-        executor.store.add_job(job_id, SPEC.model_dump(), 0.0)
+        executor.store.add_job(job_id, WATCHED.model_dump(), 0.0)
     executor.run("wide", ((0, 0), (1, 0)), 32, "exclusive")  # one worker per raylet, gloo
     executor.run("solo", ((1, 1),), 32, "exclusive")
-    status = subprocess.Popen(  # what an operator (or an autoscaler) reads
-        [Path(sys.executable).parent / "ray", "status", "--address", cluster.address],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
     assert worker_nodes(executor, "wide") == [head, second]
     assert worker_nodes(executor, "solo") == [second]
     by_name = groups()
@@ -117,8 +140,8 @@ def test_jobs_across_two_raylets_reserve_their_gpus_and_migrate(
     assert list(wide["bundles_to_node_id"].values()) == [head, second]
     assert list(solo["bundles_to_node_id"].values()) == [second]
     assert ray.available_resources().get("GPU", 0) == 1  # Ray sees 3 of 4 GPUs reserved
-    shown = status.communicate(timeout=120)[0]
-    assert "/4.0 GPU (0.0 used of 3.0 reserved in placement groups)" in shown, shown
+    shown = ray_status(cluster.address, until=RESERVED_3, while_busy=(executor, "solo"))
+    assert RESERVED_3 in shown, shown
 
     executor.wait_until("solo", 25)
     executor.relaunch("solo", ((0, 1),), 32, "migrate")  # second raylet -> head
@@ -129,7 +152,8 @@ def test_jobs_across_two_raylets_reserve_their_gpus_and_migrate(
     wait_finished(executor, {"wide", "solo"})
     assert not [n for n in groups() if n.startswith(executor.namespace)]  # all given back
 
-    # the migrated run ends where an uninterrupted run ends, bit for bit
+    # the migrated run ends where an uninterrupted run ends, bit for bit (the padding of its
+    # steps changes their time, not their arithmetic)
     train("ref", SPEC, TrainingHook("ref", SPEC, checkpoint_dir=tmp_path))
     ours = latest_checkpoint(executor.checkpoint_dir, "solo")
     ref = latest_checkpoint(tmp_path, "ref")
