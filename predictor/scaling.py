@@ -248,8 +248,7 @@ class ScalingPredictor(TaskPredictor):
                 if not new.any():
                     continue
                 correction = out[1, new] - log_base[new]
-                mid = blend.p50(_column(X, "log_t1")[new], log_base[new], correction)
-                out[:, new] = mid + np.array([[blend.p10_offset], [0.0], [blend.p90_offset]])
+                out[:, new] = blend.interval(_column(X, "log_t1")[new], log_base[new], correction)
         if (~has_base).any():
             out[:, ~has_base] = np.vstack(_quantiles(self.direct_model_, X, ~has_base))
         lo, mid, hi = np.exp(out)
