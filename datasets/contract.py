@@ -223,9 +223,7 @@ def _normalize_booleans(df: pd.DataFrame, schema: pa.DataFrameSchema) -> pd.Data
                     return False
                 return v
 
-            # as objects: a categorical column (the optimizer's candidates) would stay one, and
-            # pandera's coercion of a categorical with a bad value raises TypeError, not a report
-            df[name] = df[name].astype(object).map(parse)
+            df[name] = df[name].astype(object).map(parse)  # a categorical stays one otherwise
     return df
 
 
@@ -261,7 +259,7 @@ def validate(df: pd.DataFrame, kind: str, *, source: str | None = None) -> pd.Da
     clean = _passing_table(df, schema)
     if clean is None:  # something fails: pandera finds and words every problem
         try:
-            clean = schema.validate(df, lazy=True)
+            clean = schema.validate(_uncategorized(df, schema), lazy=True)
         except pa.errors.SchemaErrors as err:
             raise _contract_error(err.failure_cases, kind, source) from None
     if kind == "scaling":
@@ -271,6 +269,18 @@ def validate(df: pd.DataFrame, kind: str, *, source: str | None = None) -> pd.Da
     if kind == "plan":
         _check_constant_within_sample(clean, PLAN_RUN_COLUMNS, source)
     return clean
+
+
+def _uncategorized(df: pd.DataFrame, schema: pa.DataFrameSchema) -> pd.DataFrame:
+    """`df` with its categorical columns (the optimizer's candidates) as objects where the
+    schema wants another type: pandera's coercion of a categorical holding a value it cannot
+    coerce raises TypeError instead of reporting the value."""
+    for name in df.columns:
+        column = schema.columns.get(name)
+        categorical = isinstance(df[name].dtype, pd.CategoricalDtype)
+        if categorical and column is not None and str(column.dtype) != "category":
+            df[name] = df[name].astype(object)
+    return df
 
 
 def validate_prediction_rows(

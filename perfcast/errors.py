@@ -19,7 +19,7 @@ class ContractError(PerfcastError):
         column: str | None = None,
         details: list[str] | None = None,
     ) -> None:
-        self.file, self.row, self.column = file, row, column
+        self.message, self.file, self.row, self.column = message, file, row, column
         self.details = details or []
         where = []
         if file:

@@ -22,6 +22,7 @@ from fastapi.responses import JSONResponse
 from perfcast.errors import ContractError, PerfcastError
 from perfcast.serving import docs
 from perfcast.serving.batching import PredictionBatcher
+from perfcast.serving.errors import JobColumnError
 from perfcast.serving.limits import RequestLimitError
 from perfcast.serving.metrics import ServiceMetrics
 from perfcast.serving.middleware import ServiceMiddleware
@@ -130,7 +131,7 @@ async def _unavailable(request: Request, err: ModelUnavailableError) -> JSONResp
 
 
 async def _contract_error(request: Request, err: ContractError) -> JSONResponse:
-    loc: list[str | int] = ["body", "rows"]
+    loc: list[str | int] = ["body", "job" if isinstance(err, JobColumnError) else "rows"]
     if err.row is not None:
         loc.append(err.row - 1)  # the contract counts rows from 1; JSON lists from 0
     if err.column:

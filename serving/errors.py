@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from perfcast.errors import PerfcastError
+from perfcast.errors import ContractError, PerfcastError
 
 
 class ModelUnavailableError(PerfcastError):
@@ -15,3 +15,11 @@ class ModelUnavailableError(PerfcastError):
 
 class ServiceError(PerfcastError):
     """The service refused a request or could not be reached."""
+
+
+class JobColumnError(ContractError):
+    """A column of a recommendation's job that the contract refuses. Every candidate carries
+    the job's columns, so the error names the job's column once, not a candidate's row."""
+
+    def __init__(self, err: ContractError) -> None:
+        super().__init__(err.message, column=err.column)

@@ -12,11 +12,12 @@ from fastapi import Response
 from pydantic_core import to_json
 from starlette.concurrency import run_in_threadpool
 
-from perfcast.errors import PerfcastError
+from perfcast.errors import ContractError, PerfcastError
 from perfcast.optimizer import configs, elastic, placement
 from perfcast.predictor.backend import TASK_TABLES, PredictionBackend
 from perfcast.serving import limits, schemas
 from perfcast.serving.batching import PredictionBatcher
+from perfcast.serving.errors import JobColumnError
 from perfcast.serving.models import ServedModels
 from perfcast.serving.settings import Settings
 
@@ -126,18 +127,23 @@ def recommend(
     limits.check_recommend(req, settings or Settings())
     ref = model_ref(models, "scaling")
     work = configs.Work(**req.work.model_dump()) if req.work else None
-    result = configs.recommend(
-        req.job,
-        [configs.GpuPool(**p.model_dump()) for p in req.pools],
-        backend or models,
-        local_batch_sizes=req.local_batch_sizes,
-        objective=req.objective,
-        work=work,
-        deadline_s=req.deadline_s,
-        max_cost=req.max_cost,
-        gpu_counts=req.gpu_counts,
-        top_k=req.top_k,
-    )
+    try:
+        result = configs.recommend(
+            req.job,
+            [configs.GpuPool(**p.model_dump()) for p in req.pools],
+            backend or models,
+            local_batch_sizes=req.local_batch_sizes,
+            objective=req.objective,
+            work=work,
+            deadline_s=req.deadline_s,
+            max_cost=req.max_cost,
+            gpu_counts=req.gpu_counts,
+            top_k=req.top_k,
+        )
+    except ContractError as err:
+        if err.column in req.job:
+            raise JobColumnError(err) from None
+        raise
     top = [
         schemas.ConfigOut(
             rank=rank,

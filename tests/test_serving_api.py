@@ -128,9 +128,14 @@ def test_bad_request_fields_are_422_with_the_field_path(http) -> None:
     # a job column the contract cannot read is the caller's error (was a 500: pandera raised
     # TypeError on the candidates' categorical column)
     pools = [{**request["pools"][0], "nodes": 1}]
-    job = {"job": "resnet18", "amp": "maybe"}
-    bad_amp = http.post("/v1/recommend", json={**request, "job": job, "pools": pools})
-    assert bad_amp.status_code == 422 and "amp" in bad_amp.text
+    # (the number columns too, found by fuzzing the job's contract columns); named once, as
+    # the job's column, not as a row of the 10^5 candidates that carry it
+    for column, value in [("amp", "maybe"), ("sync_time_s", ""), ("intra_node_bw_gbps", " "),
+                          ("inter_node_bw_gbps", "fast")]:  # fmt: skip
+        job = {"job": "resnet18", column: value}
+        bad = http.post("/v1/recommend", json={**request, "job": job, "pools": pools})
+        assert bad.status_code == 422, (column, bad.text)
+        assert [d["loc"] for d in bad.json()["detail"]] == [["body", "job", column]], bad.text
     too_many = http.post("/v1/predict/scaling", json={"rows": [{"job": "x"}] * 10_001})
     assert too_many.status_code == 422 and too_many.json()["detail"][0]["loc"] == ["body", "rows"]
 
