@@ -406,9 +406,8 @@ def recommend(
     columns, ascending = _rank_columns(objective, deadline_s is not None)
     if deadline_s is not None and np.isnan(column("cost")[rows]).all():
         columns, ascending = columns[1:], ascending[1:]
-    # lexsort: the last key is the primary one; it is stable, and NaN sorts last
     keys = [column(c)[rows] * (1 if up else -1) for c, up in zip(columns, ascending, strict=True)]
-    ranked = rows[np.lexsort(keys[::-1])]
+    ranked = rows[_ranked_for_front(scored, rows, keys, top_k)]
     best = ranked[_diverse_front(scored, ranked, top_k)]
     top = scored.rows(best).drop(columns=["in_search"])
     top["placement"] = top["placement"].astype("string")
@@ -426,6 +425,120 @@ def recommend(
     )
 
 
+# Up to this many feasible rows, the recommendation ranks them all with one lexsort.
+RANK_ALL_ROWS = 2048
+
+
+def _ranked_for_front(
+    scored: _Scored | pd.DataFrame, rows: np.ndarray, keys: list[np.ndarray], top_k: int
+) -> np.ndarray:
+    """Positions in `rows` (the feasible rows, ascending) of the rows `_diverse_front` reads,
+    in rank order: by `keys` (the primary first; NaN last), then by position, as
+    `np.lexsort(keys[::-1])` orders every row. Past RANK_ALL_ROWS rows, only these are sorted:
+    the first `top_k` (the best and the fill), the first of each GPU type (which numbers the
+    types) and each (GPU type, GPUs) group's best by time, then cost, then rank (the front's
+    candidates). `_diverse_front` chooses the same rows from them as from every row ranked:
+    each of its steps reads only these rows, or rows that rank after them."""
+    if len(rows) <= RANK_ALL_ROWS:
+        return np.lexsort(keys[::-1])
+    every = len(rows) == len(scored)  # (ascending: each row at its place)
+    time, cost, gpus = _front_axes(scored, None if every else rows)
+    kind = _kind_codes(scored) if every else _kind_codes(scored)[rows]
+    group = kind * (int(gpus.max()) + 1) + gpus.astype(np.int64)
+    needed = [_leading(keys, top_k), _first_per_group(group, [time, cost, *keys])]
+    if kind.min() < kind.max():  # (of one GPU type, the first row is the first `_leading`)
+        needed.append(_first_per_group(kind, keys))
+    subset = np.unique(np.concatenate(needed))
+    return subset[np.lexsort([key[subset] for key in keys[::-1]])]
+
+
+def _front_axes(
+    scored: _Scored | pd.DataFrame, rows: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`_diverse_front`'s (time, cost, GPUs) of `rows` (None: every row): the total time
+    (1 / throughput without work) and the cost (GPU-time on unpriced pools)."""
+
+    def at_rows(name: str) -> np.ndarray:
+        values = np.asarray(scored[name], dtype=float)
+        return values if rows is None else values[rows]
+
+    gpus, time, cost = at_rows("num_gpus"), at_rows("total_time_s"), at_rows("cost")
+    if not np.isfinite(time).all():
+        time = np.where(np.isfinite(time), time, 1 / at_rows("throughput"))
+    if not np.isfinite(cost).all():
+        cost = np.where(np.isfinite(cost), cost, time * gpus)
+    return time, cost, gpus
+
+
+def _kind_codes(scored: _Scored | pd.DataFrame) -> np.ndarray:
+    """An integer code per GPU type of every scored row (a missing type its own code); a
+    categorical's own codes, no strings hashed."""
+    kinds = scored["gpu_type"]
+    if isinstance(kinds.dtype, pd.CategoricalDtype):
+        return kinds.array.codes.astype(np.int64) + 1
+    return pd.factorize(kinds, use_na_sentinel=False)[0].astype(np.int64, copy=False)
+
+
+def _leading(keys: list[np.ndarray], count: int) -> np.ndarray:
+    """Positions (ascending) of rows among which are the first `count` in the order of
+    `keys` then position (NaN last): those whose primary key is at most the `count`-th
+    smallest, ties included; where fewer rows have one, the rest from the NaN rows."""
+    primary, n = keys[0], len(keys[0])
+    if count >= n:
+        return np.arange(n)
+    nan = np.isnan(primary)
+    if not nan.any():
+        return np.flatnonzero(primary <= np.partition(primary, count - 1)[count - 1])
+    known = np.flatnonzero(~nan)
+    if len(known) > count:
+        kth = np.partition(primary[known], count - 1)[count - 1]
+        return np.flatnonzero(primary <= kth)
+    missing = np.flatnonzero(nan)
+    if len(keys) == 1:  # no key left: the NaN rows in position order
+        return np.concatenate([known, missing[: count - len(known)]])
+    rest = _leading([key[missing] for key in keys[1:]], count - len(known))
+    return np.sort(np.concatenate([known, missing[rest]]))
+
+
+def _first_per_group(group: np.ndarray, keys: list[np.ndarray]) -> np.ndarray:
+    """The first position of each group in the order of `keys` then position (NaN last, as
+    a sort puts it), without sorting: each key keeps, per group, the rows at its least value
+    among those the keys before kept (all of them where those are all NaN)."""
+    codes, groups = _dense_codes(group)
+    alive = np.arange(len(group))
+    for values in keys:
+        every = len(alive) == len(group)
+        value, code = (values, codes) if every else (values[alive], codes[alive])
+        mine = _least_per_group(value, code, groups)[code]  # NaN where the group's all are
+        alive = alive[(value == mine) | np.isnan(mine)]
+    first = np.full(groups, len(group))
+    np.minimum.at(first, codes[alive], alive)
+    return first[first < len(group)]
+
+
+def _least_per_group(values: np.ndarray, codes: np.ndarray, groups: int) -> np.ndarray:
+    """Each group's least value, NaN skipped (NaN where all are, or none): one reduction
+    over runs of equal codes where the codes never decrease (the candidates, in pool and GPU
+    order), else np.fmin.at."""
+    starts = np.flatnonzero(np.diff(codes, prepend=-1))
+    if (np.diff(codes[starts]) > 0).all():  # each group one run of rows
+        least = np.full(groups, np.nan)
+        least[codes[starts]] = np.fmin.reduceat(values, starts)
+        return least
+    least = np.full(groups, np.nan)
+    np.fmin.at(least, codes, values)
+    return least
+
+
+def _dense_codes(values: np.ndarray) -> tuple[np.ndarray, int]:
+    """(code of each row, how many codes): non-negative integers as they are where they are
+    not many more than the rows, else their factorization."""
+    if len(values) and values.min() >= 0 and values.max() < max(4 * len(values), 4096):
+        return values, int(values.max()) + 1
+    codes, uniques = pd.factorize(values)
+    return codes, len(uniques)
+
+
 def _diverse_front(scored: _Scored | pd.DataFrame, ranked: np.ndarray, top_k: int) -> np.ndarray:
     """Positions in `ranked` (feasible rows, best first) of up to `top_k` configurations that
     differ: the best, then configurations on the Pareto front of time, cost and GPUs, each as
@@ -437,13 +550,9 @@ def _diverse_front(scored: _Scored | pd.DataFrame, ranked: np.ndarray, top_k: in
     GPUs of one pool, more time also costs more. Short fronts are filled in rank order."""
     if len(ranked) <= 1:
         return np.arange(len(ranked))
-    gpus = np.asarray(scored["num_gpus"], dtype=float)[ranked]
-    time = np.asarray(scored["total_time_s"], dtype=float)[ranked]
-    time = np.where(np.isfinite(time), time, 1 / np.asarray(scored["throughput"], float)[ranked])
-    cost = np.asarray(scored["cost"], dtype=float)[ranked]
-    cost = np.where(np.isfinite(cost), cost, time * gpus)
+    time, cost, gpus = _front_axes(scored, ranked)
     # GPU types numbered in rank order (codes of the whole column first: no strings hashed)
-    kind = pd.factorize(pd.factorize(scored["gpu_type"], use_na_sentinel=False)[0][ranked])[0]
+    kind = pd.factorize(_kind_codes(scored)[ranked])[0]
     group = kind * (int(gpus.max()) + 1) + gpus.astype(np.int64)
     candidates = _best_per_group(group, time, cost)
     candidates = candidates[np.lexsort((gpus[candidates], cost[candidates], time[candidates]))]

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from conftest import gavel_muri_scaling_rows, requires_data, scaling_model_without_k80_multi
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from perfcast.datasets.contract import validate
@@ -703,3 +703,146 @@ def test_intervals_in_order_are_as_sorted(rows: list) -> None:
     for name, k in (("y_p10", 0), ("y", 1), ("y_p90", 2)):
         np.testing.assert_array_equal(got[name], stacked[k])
         np.testing.assert_array_equal(np.signbit(got[name]), np.signbit(stacked[k]))
+
+
+# The recommendation ranks only the rows its diverse front reads (`_ranked_for_front`), not
+# every feasible row: held to the lexsort of every row it replaced.
+
+VALUES = [1.0, 2.0, 2.0, 3.0, -0.0, 0.0, math.nan, math.inf]
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 4), st.sampled_from(VALUES), st.sampled_from(VALUES)),
+        min_size=1,
+        max_size=60,
+    ),
+    st.booleans(),
+)
+def test_first_per_group_is_the_first_of_each_group_sorted(rows: list, grouped: bool) -> None:
+    if grouped:  # the candidates' rows come in runs of one group
+        rows = sorted(rows, key=lambda r: r[0])
+    group = np.array([r[0] for r in rows], dtype=np.int64)
+    keys = [np.array([r[1] for r in rows]), np.array([r[2] for r in rows])]
+    order = np.lexsort((np.arange(len(group)), keys[1], keys[0], group))
+    firsts = np.ones(len(order), dtype=bool)
+    firsts[1:] = group[order][1:] != group[order][:-1]
+    got = configs._first_per_group(group, keys)
+    np.testing.assert_array_equal(np.sort(got), np.sort(order[firsts]))
+
+
+@given(
+    st.lists(st.tuples(st.sampled_from(VALUES), st.sampled_from(VALUES)), max_size=60),
+    st.integers(1, 8),
+)
+def test_leading_rows_hold_the_first_ones_sorted(rows: list, count: int) -> None:
+    keys = [np.array([r[0] for r in rows]), np.array([r[1] for r in rows])]
+    got = configs._leading(keys, count)
+    assert (np.diff(got) > 0).all()
+    assert set(np.lexsort(keys[::-1])[:count].tolist()) <= set(got.tolist())
+
+
+def old_diverse_front(scored: pd.DataFrame, ranked: np.ndarray, top_k: int) -> np.ndarray:
+    """`configs._diverse_front` before `_ranked_for_front`: every feasible row ranked."""
+    if len(ranked) <= 1:
+        return np.arange(len(ranked))
+    gpus = np.asarray(scored["num_gpus"], dtype=float)[ranked]
+    time = np.asarray(scored["total_time_s"], dtype=float)[ranked]
+    time = np.where(np.isfinite(time), time, 1 / np.asarray(scored["throughput"], float)[ranked])
+    cost = np.asarray(scored["cost"], dtype=float)[ranked]
+    cost = np.where(np.isfinite(cost), cost, time * gpus)
+    # GPU types numbered in rank order (codes of the whole column first: no strings hashed)
+    kind = pd.factorize(pd.factorize(scored["gpu_type"], use_na_sentinel=False)[0][ranked])[0]
+    group = kind * (int(gpus.max()) + 1) + gpus.astype(np.int64)
+    candidates = configs._best_per_group(group, time, cost)
+    candidates = candidates[np.lexsort((gpus[candidates], cost[candidates], time[candidates]))]
+    front = configs._pareto_front(candidates, cost, gpus)
+    points = np.log(np.column_stack([time, cost, gpus])[front])
+    span = np.ptp(points, axis=0)
+    points = points / np.where(span > 0, span, 1.0)
+    chosen = [0]  # the objective's best, on the front or not
+    distance = np.linalg.norm(points - np.log(np.array([time[0], cost[0], gpus[0]])) /
+                              np.where(span > 0, span, 1.0), axis=1)  # fmt: skip
+    while len(chosen) < top_k and distance.max() > 0:
+        far = int(distance.argmax())
+        chosen.append(front[far])
+        distance = np.minimum(distance, np.linalg.norm(points - points[far], axis=1))
+    rest = (i for i in range(len(ranked)) if i not in set(chosen))
+    while len(chosen) < min(top_k, len(ranked)):
+        chosen.append(next(rest))
+    return np.array(sorted(chosen), dtype=np.int64)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["v100", "k80", "a100"]),
+            st.integers(1, 3),  # few values each: ties within and across groups
+            st.sampled_from([1.0, 2.0, math.nan]),  # total time
+            st.sampled_from([1.0, 3.0]),  # throughput
+            st.sampled_from([1.0, 2.0, math.nan]),  # cost
+            st.sampled_from(VALUES),  # a further rank key
+            st.booleans(),  # feasible
+        ),
+        min_size=1,
+        max_size=80,
+    ),
+    st.integers(1, 6),
+    st.booleans(),
+    st.booleans(),
+    st.booleans(),
+)
+@example(  # a group's best by time and cost: the first of its ties in rank order
+    [
+        ("v100", 1, 2.0, 1.0, 2.0, 5.0, True),
+        ("v100", 1, 2.0, 1.0, 2.0, 4.0, True),
+        ("v100", 2, 1.0, 1.0, 1.0, 0.0, True),
+        ("v100", 3, 1.0, 1.0, 1.0, 0.0, True),
+    ],
+    2,
+    False,
+    True,
+    False,
+)
+@example(  # GPU types numbered by their first rows, which decide between tied candidates
+    [
+        ("a100", 3, 1.0, 1.0, 1.0, 0.0, True),
+        ("a100", 3, 1.0, 1.0, 1.5, 0.0, True),
+        ("k80", 2, 9.0, 1.0, 2.0, 0.0, True),
+        ("v100", 2, 4.0, 1.0, 3.0, 0.0, True),
+        ("k80", 2, 4.0, 1.0, 3.0, 1.0, True),
+    ],
+    2,
+    False,
+    True,
+    False,
+)
+def test_ranking_the_fronts_rows_chooses_what_ranking_all_chose(
+    rows: list, top_k: int, grouped: bool, categorical: bool, rank_all: bool
+) -> None:
+    if grouped:  # as the candidates come: by pool, then GPUs
+        rows = sorted(rows, key=lambda r: (r[0], r[1]))
+    kinds = [r[0] for r in rows]
+    scored = pd.DataFrame(
+        {
+            "gpu_type": pd.Categorical(kinds) if categorical else kinds,
+            "num_gpus": [r[1] for r in rows],
+            "total_time_s": [r[2] for r in rows],
+            "throughput": [r[3] for r in rows],
+            "cost": [r[4] for r in rows],
+        }
+    )
+    feasible = np.flatnonzero([r[6] for r in rows])
+    extra = np.array([r[5] for r in rows])[feasible]
+    keys = [scored["cost"].to_numpy()[feasible], -scored["num_gpus"].to_numpy(float)[feasible]]
+    keys.append(extra)
+    ranked = feasible[np.lexsort(keys[::-1])]
+    expected = ranked[old_diverse_front(scored, ranked, top_k)]
+    every = configs.RANK_ALL_ROWS
+    try:
+        configs.RANK_ALL_ROWS = len(rows) if rank_all else 0
+        few = feasible[configs._ranked_for_front(scored, feasible, keys, top_k)]
+    finally:
+        configs.RANK_ALL_ROWS = every
+    np.testing.assert_array_equal(few[configs._diverse_front(scored, few, top_k)], expected)
