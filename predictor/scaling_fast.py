@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from perfcast.features.devices import (
     DEVICES,
@@ -290,6 +291,45 @@ def most_on_one_node_of(texts: list) -> np.ndarray:
     return out
 
 
+def placement_most(placements: pd.Series) -> np.ndarray:
+    """`most_on_one_node` of each row's placement (NaN where none), worked out per distinct
+    placement: a categorical's categories read from their Arrow bytes at once where each is
+    a non-empty string of ASCII digits (a candidate table's 10^4 placements), else
+    `most_on_one_node_of` the distinct texts."""
+    if isinstance(placements.dtype, pd.CategoricalDtype):
+        per_category = _ascii_digits_max(placements.cat.categories)
+        if per_category is not None:  # code -1, a missing placement: the NaN appended
+            return np.append(per_category, np.nan)[placements.array.codes]
+    codes, texts = text_codes(placements)
+    return most_on_one_node_of(texts)[codes]
+
+
+def _ascii_digits_max(texts: pd.Index) -> np.ndarray | None:
+    """The largest digit of each of `texts`, from the bytes of their Arrow array (no Python
+    string made); None unless they are Arrow text, each a non-empty string of ASCII digits."""
+    dtype = texts.dtype
+    if not (isinstance(dtype, pd.StringDtype) and dtype.storage == "pyarrow") or not len(texts):
+        return None
+    array = pa.array(texts.array)  # (its own Arrow data, through __arrow_array__)
+    if isinstance(array, pa.ChunkedArray):
+        array = array.combine_chunks()
+    if array.null_count or not (
+        pa.types.is_string(array.type) or pa.types.is_large_string(array.type)
+    ):
+        return None
+    width = np.int64 if pa.types.is_large_string(array.type) else np.int32
+    _, offset_buffer, data_buffer = array.buffers()
+    offsets = np.frombuffer(offset_buffer, dtype=width)[
+        array.offset : array.offset + len(array) + 1
+    ]
+    if data_buffer is None or (np.diff(offsets) <= 0).any():
+        return None  # an empty text: not a placement
+    data = np.frombuffer(data_buffer, dtype=np.uint8)[offsets[0] : offsets[-1]]
+    if not ((data >= ord("0")) & (data <= ord("9"))).all():
+        return None
+    return np.maximum.reduceat(data, (offsets[:-1] - offsets[0]).astype(np.intp)) - float(ord("0"))
+
+
 def _number_column(rows: pd.DataFrame, column: str) -> np.ndarray | None:
     """A row-supplied number column as `pd.to_numeric(..., errors="coerce")` reads it (None
     when absent)."""
@@ -424,8 +464,7 @@ class ManyRows:
         num_nodes = rows["num_nodes"].to_numpy()
         even = np.ceil(num_gpus / num_nodes)
         if "placement" in rows.columns:  # `gpus_per_node_of`, per distinct placement
-            codes, placements = text_codes(rows["placement"])
-            most = most_on_one_node_of(placements)[codes]
+            most = placement_most(rows["placement"])
             even = np.where(np.isnan(most), even, most)
         facts = np.array(
             [interconnect_of(str(g), _text(c)) for g in gpu_types for c in clusters], dtype=float

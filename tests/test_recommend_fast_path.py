@@ -27,6 +27,7 @@ from perfcast.predictor.scaling_fast import (
     FEW_ROWS,
     most_on_one_node_of,
     per_key,
+    placement_most,
     radix_groups,
 )
 
@@ -201,6 +202,33 @@ def test_categorical_text_is_checked_as_its_text(case) -> None:
 def test_most_on_one_node_of_many_texts_is_each_ones(texts: list) -> None:
     want = np.array([most_on_one_node(t) for t in texts], dtype=float)
     np.testing.assert_array_equal(most_on_one_node_of(texts), want)
+
+
+@given(
+    st.lists(
+        st.one_of(
+            st.text(alphabet="0123456789", min_size=1, max_size=6),
+            st.text(alphabet="0123a٣\n ", max_size=4),
+            st.none(),
+        ),
+        max_size=30,
+    ),
+    st.sampled_from(["str", object]),
+    st.integers(0, 3),
+    st.booleans(),
+)
+def test_placements_most_per_category_is_each_rows(
+    texts: list, storage, skip: int, categorical: bool
+) -> None:
+    """Categories read from their Arrow bytes (or not: object text, sliced Arrow arrays, no
+    categorical) give each row what `most_on_one_node` gives its placement."""
+    distinct = list(dict.fromkeys(t for t in texts if t is not None))
+    categories = pd.Index(["0"] * skip + distinct, dtype=storage)[skip:]  # maybe an offset
+    column = pd.Series(pd.Categorical(texts, categories=categories))
+    if not categorical:
+        column = column.astype(storage)
+    want = np.array([most_on_one_node(t) for t in texts], dtype=float)
+    np.testing.assert_array_equal(placement_most(column), want)
 
 
 @given(
