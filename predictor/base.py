@@ -151,7 +151,9 @@ def flags_categorical(flags: dict[str, np.ndarray], n: int) -> pd.Categorical:
     tokens = [t for t in FLAGS if t in flags]
     bits = np.zeros(n, dtype=np.int64)  # one bit per token: few distinct sets to spell out
     for i, token in enumerate(tokens):
-        bits |= np.asarray(flags[token], dtype=bool).astype(np.int64) << i
+        raised = np.asarray(flags[token], dtype=bool)
+        if raised.any():  # (a token no row has sets no bit)
+            bits |= raised.astype(np.int64) << i
     present = np.zeros(1 << len(tokens), dtype=bool)  # a table of every set: no sort
     present[bits] = True
     sets = np.flatnonzero(present)

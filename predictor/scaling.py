@@ -238,8 +238,9 @@ class ScalingPredictor(TaskPredictor):
         if self.ratio_model_ is None:
             has_base[:] = False
         if has_base.any():
-            out[:, has_base] = np.vstack(_quantiles(self.ratio_model_, X, has_base, linked=False))
-            out[:, has_base] += log_base[has_base]
+            based = slice(None) if has_base.all() else has_base  # (10^5 candidates: no masks)
+            out[:, based] = np.vstack(_quantiles(self.ratio_model_, X, has_base, linked=False))
+            out[:, based] += log_base[based]
             multi_node = _column(X, "multi_node") > 0
             for spread, blend in (self.new_cluster_blends_ or {}).items():
                 # a cluster or GPU whose scaling was never measured: the blend of perfect

@@ -348,7 +348,8 @@ def per_key(parts: Sequence[tuple[np.ndarray, int]], compute, width: int = 1) ->
     if size <= max(4 * n, 4096):
         combined = np.zeros(n, dtype=np.int64)
         for codes, radix in parts:
-            combined = combined * radix + codes
+            if radix > 1:  # (a part of one code, 0, leaves the combination as it is)
+                combined = combined * radix + codes
         present = np.zeros(size, dtype=bool)
         present[combined] = True
         keys = np.flatnonzero(present)
@@ -513,7 +514,7 @@ class ManyRows:
         if maybe.size:
             jobs, gpu_types = self.jobs, self.gpu_types
             parts = [self.job, *(np.asarray(c) for c in columns), self.gpu, self.local_batch_size]
-            group, first = distinct_groups([part[maybe] for part in parts])
+            group, first = radix_groups([part[maybe] for part in parts])
             distinct = zip(*(part[maybe][first].tolist() for part in parts), strict=True)
             hit = [(jobs[j], *middle, gpu_types[g], b) in keys for j, *middle, g, b in distinct]
             found[maybe] = np.array(hit, dtype=bool)[group]
@@ -630,7 +631,7 @@ def many_row_design(
     maybe = np.flatnonzero((gpus > 1) & np.isin(gpus, sync_gpus))
     if maybe.size:  # each distinct (configuration, GPU type, batch) of them once
         parts = [many.job, gpus, nodes, per_node, many.gpu, bsz]
-        group, first = distinct_groups([part[maybe] for part in parts])
+        group, first = radix_groups([part[maybe] for part in parts])
         values = []
         distinct = zip(*(part[maybe][first].tolist() for part in parts), strict=True)
         for j, g, k, p, gpu, b in distinct:
@@ -644,12 +645,13 @@ def many_row_design(
     # communication: gradient bytes per (job, multi-node, GPU type, nominal bytes)
     links = many.links(many.stated_links())
     seconds_per_byte = ring_time_per_byte(links[:, 0], links[:, 1], nodes, gpus.astype(float))
-    params = np.array([MODEL_PARAMS_M.get(job, np.nan) for job in jobs], dtype=float)[many.job]
+    params = np.array([MODEL_PARAMS_M.get(job, np.nan) for job in jobs], dtype=float)
     own_params = _number_column(rows, "params_m")
-    if own_params is not None:
-        params = np.where(own_params > 0, own_params, params)
-    nominal = params * 1e6 * BYTES_PER_PARAM
-    nominal_code, nominal_values = _int_codes(nominal)
+    if own_params is None:  # each job's nominal bytes: the job's code is theirs
+        nominal_code, nominal_values = many.job, params * 1e6 * BYTES_PER_PARAM
+    else:
+        params = np.where(own_params > 0, own_params, params[many.job])
+        nominal_code, nominal_values = _int_codes(params * 1e6 * BYTES_PER_PARAM)
     multi = nodes > 1
     moved = per_key(
         [job_pair, (multi.astype(np.int64), 2), gpu_pair, (nominal_code, len(nominal_values))],

@@ -241,11 +241,12 @@ def test_per_key_computes_once_per_key_dense_or_not(pairs: list, dense: bool) ->
     radix = 5 if dense else 10**7  # past the dense table's size: distinct_groups
     calls: list[tuple] = []
 
-    def compute(x: int, y: int) -> tuple[float, float]:
+    def compute(x: int, one: int, y: int) -> tuple[float, float]:
+        assert one == 0  # a part of one code
         calls.append((x, y))
         return x * 10.0 + y, -y
 
-    got = per_key([(a, 4), (b, radix)], compute, width=2)
+    got = per_key([(a, 4), (np.zeros_like(a), 1), (b, radix)], compute, width=2)
     np.testing.assert_array_equal(got[:, 0], a * 10.0 + b)
     np.testing.assert_array_equal(got[:, 1], -b.astype(float))
     assert len(calls) == len(set(calls)) == len(set(pairs))
