@@ -238,8 +238,9 @@ class ScalingPredictor(TaskPredictor):
         if self.ratio_model_ is None:
             has_base[:] = False
         if has_base.any():
-            based = slice(None) if has_base.all() else has_base  # (10^5 candidates: no masks)
-            out[:, based] = np.vstack(_quantiles(self.ratio_model_, X, has_base, linked=False))
+            mask = _ratio_rows(self.ratio_model_, has_base)
+            based = slice(None) if mask.all() else mask  # (10^5 candidates: no masks)
+            out[:, based] = np.vstack(_quantiles(self.ratio_model_, X, mask, linked=False))
             out[:, based] += log_base[based]
             multi_node = _column(X, "multi_node") > 0
             for spread, blend in (self.new_cluster_blends_ or {}).items():
@@ -368,15 +369,11 @@ class ScalingPredictor(TaskPredictor):
         group, first = radix_groups(columns)
         if len(first) == len(mid):  # no two rows share a configuration: nothing to compare
             return unchanged
-        gpu_types = rows["gpu_type"]  # a Series stays one (its strings hashed as stored)
-        if not isinstance(gpu_types, pd.Series):
-            gpu_types = np.asarray(gpu_types, dtype=object)
-        gpu, gpu_names = pd.factorize(gpu_types)
+        gpu, gpu_names = _type_codes(rows["gpu_type"])
         bsz = np.asarray(rows["local_batch_size"], dtype=float)
         free = ~measured
-        guarded = mid.copy()
         # batch: the running maximum over increasing batch within (configuration, GPU type)
-        guarded[free] = _batch_floor(group, gpu, bsz, mid)[free]
+        guarded = np.where(free, _batch_floor(group, gpu, bsz, mid), mid)
         # GPU: the minimum over the GPU types this one is at least as fast as, same batch
         specs = spec_frame(pd.Series(gpu_names))
         flops, bw = specs["peak_tflops_fp32"].to_numpy(), specs["mem_bw_gbps"].to_numpy()
@@ -392,6 +389,22 @@ class ScalingPredictor(TaskPredictor):
             ceiling = table[cell[these]][:, at_least[code]].min(axis=1)
             guarded[these] = np.minimum(guarded[these], ceiling)
         return guarded, guarded != mid
+
+
+def _type_codes(gpu_types: Sequence | pd.Series) -> tuple[np.ndarray, pd.Index]:
+    """(code of each row's GPU type, the types) for the monotonic guard, which tells types
+    apart by their codes only: a categorical's own codes where every row has one of its
+    categories and each category is used, else `pd.factorize` (a Series' strings hashed as
+    stored)."""
+    if isinstance(gpu_types, pd.Series) and isinstance(gpu_types.dtype, pd.CategoricalDtype):
+        codes = gpu_types.array.codes
+        categories = gpu_types.cat.categories
+        every_used = len(codes) and np.bincount(codes + 1, minlength=len(categories) + 1)
+        if every_used is not False and not every_used[0] and every_used[1:].all():
+            return codes.astype(np.int64), categories
+    if not isinstance(gpu_types, pd.Series):
+        gpu_types = np.asarray(gpu_types, dtype=object)
+    return pd.factorize(gpu_types)
 
 
 def _batch_floor(
@@ -450,6 +463,15 @@ def _unlinked(X: pd.DataFrame) -> pd.DataFrame:
 
 def _column(X: pd.DataFrame | FewRowFeatures, name: str) -> np.ndarray:
     return X.column(name) if isinstance(X, FewRowFeatures) else X[name].to_numpy()
+
+
+def _ratio_rows(model: ConformalQuantiles, has_base: np.ndarray) -> np.ndarray:
+    """The rows the ratio model predicts: those with a base, or every row for a gbm, which
+    predicts each row alone (the rows without a base are answered by the direct model after
+    it), so that 10^5 candidates' columns are not copied through a mask for one row."""
+    if isinstance(model.regressor_, QuantileGBM):
+        return np.ones_like(has_base)
+    return has_base
 
 
 def _quantiles(

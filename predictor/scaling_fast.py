@@ -412,13 +412,16 @@ def radix_groups(columns: list) -> tuple[np.ndarray, np.ndarray]:
             text = isinstance(column, pd.Series) and isinstance(column.dtype, pd.StringDtype)
             raw = column.array if text else np.asarray(column)
             values = pd.factorize(raw, use_na_sentinel=False)[0].astype(np.int64, copy=False)
+        elif n and values.min() > 0:  # counted from the least: a smaller, maybe dense, key
+            values = values - values.min()
         digits.append(values)
     radices = [int(d.max()) + 1 if n else 1 for d in digits]
     if not n or math.prod(radices) >= 2**62:
         return distinct_groups(columns)
     combined = np.zeros(n, dtype=np.int64)
     for values, radix in zip(digits, radices, strict=True):
-        combined = combined * radix + values
+        if radix > 1:  # (a column of one value leaves the key as it is)
+            combined = combined * radix + values
     size = math.prod(radices)
     if size <= max(4 * n, 4096):  # dense: each combination's first row, no hashing
         firsts = np.full(size, n, dtype=np.int64)

@@ -21,10 +21,12 @@ from perfcast.errors import ContractError
 from perfcast.features.devices import spec_frame
 from perfcast.features.scaling import distinct_groups, gpus_per_node_of, most_on_one_node
 from perfcast.optimizer import configs
+from perfcast.predictor import scaling
 from perfcast.predictor.base import FLAGS, flags_categorical, flags_column, interval_columns
 from perfcast.predictor.scaling import ScalingPredictor, _numbers
 from perfcast.predictor.scaling_fast import (
     FEW_ROWS,
+    frame_table,
     most_on_one_node_of,
     per_key,
     placement_most,
@@ -124,6 +126,30 @@ def test_many_rows_get_the_features_and_flags_of_the_frame_path(model, training_
     # and the answer from the columns (the gbm's matrix made without the frame)
     want = model._answer(*old)
     got = model._answer(*new)
+    assert want.keys() == got.keys()
+    for name, values in want.items():
+        np.testing.assert_array_equal(got[name], values, err_msg=name)
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(data=st.data(), new_jobs=st.integers(0, 40), few=st.booleans())
+def test_the_gbm_predicting_every_row_answers_as_predicting_those_with_a_base(
+    model, training_rows, data, new_jobs, few, monkeypatch
+):
+    """The ratio gbm predicts every row, those without a base too (a new job's: the direct
+    model answers them): the same answer as predicting only the rows with a base."""
+    rows = data.draw(many_rows(training_rows))
+    if isinstance(rows["job"].dtype, pd.CategoricalDtype):
+        rows["job"] = rows["job"].cat.add_categories(["a-job-never-seen"])
+    rows.loc[: new_jobs - 1, "job"] = "a-job-never-seen"
+    checked = model._check_rows(rows.head(FEW_ROWS) if few else rows)
+    features = model._few(frame_table(checked)) if few else model._general(checked)
+    got = model._answer(*features)
+    with monkeypatch.context() as patch:
+        patch.setattr(scaling, "_ratio_rows", lambda ratio_model, has_base: has_base)
+        want = model._answer(*features)
     assert want.keys() == got.keys()
     for name, values in want.items():
         np.testing.assert_array_equal(got[name], values, err_msg=name)
@@ -479,9 +505,10 @@ def old_monotonic(rows, per_node, mid, measured, groups=None):
     st.booleans(),
     st.booleans(),
     st.booleans(),
+    st.booleans(),
 )
 def test_monotonic_guard_answers_as_before(
-    rows: list, categorical, grouped, many, distinct
+    rows: list, categorical, grouped, many, distinct, unused
 ) -> None:
     """`ScalingPredictor._monotonic` answers as the code before it; `distinct`: no two rows
     of one configuration, GPU type and batch, as in a candidate table (the running maximum
@@ -495,6 +522,8 @@ def test_monotonic_guard_answers_as_before(
         frame = frame.drop_duplicates(frame.columns[:6].tolist(), ignore_index=True)
     frame["job"] = frame["job"].astype("category" if categorical else "str")
     frame["gpu_type"] = frame["gpu_type"].astype("category" if categorical else "str")
+    if categorical and unused:  # a category no row has (its codes then factorized)
+        frame["gpu_type"] = frame["gpu_type"].cat.add_categories(["h100"])
     if many:  # past FEW_ROWS: the pandas path, the rows repeated
         frame = pd.concat([frame] * (FEW_ROWS // len(frame) + 1), ignore_index=True)
     per_node = frame["per_node"].to_numpy(dtype=np.int64)
