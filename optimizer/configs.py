@@ -330,13 +330,22 @@ def _single_gpu_throughput(scored: pd.DataFrame, throughput: np.ndarray) -> np.n
     """For each row: the same job's throughput on one GPU of the same type at the same local
     batch size (the first such row's that has one), the reference of (weak) scaling
     efficiency; NaN where there is none."""
-    kind, kinds = pd.factorize(scored["gpu_type"], use_na_sentinel=False)
-    size, sizes = pd.factorize(scored["local_batch_size"].to_numpy(), use_na_sentinel=False)
-    key = kind.astype(np.int64) * len(sizes) + size
+    kind = _kind_codes(scored)
+    size, sizes = _size_codes(scored["local_batch_size"].to_numpy())
+    key = kind * sizes + size
     single = np.flatnonzero((scored["num_gpus"].to_numpy() == 1) & ~np.isnan(throughput))
-    table = np.full(len(kinds) * len(sizes), np.nan)
+    table = np.full((int(kind.max()) + 1 if len(kind) else 0) * sizes, np.nan)
     table[key[single[::-1]]] = throughput[single[::-1]]  # the last write: the first row
     return table[key]
+
+
+def _size_codes(sizes: np.ndarray) -> tuple[np.ndarray, int]:
+    """(code of each row's local batch size, how many codes): whole batch sizes as they
+    are (`_dense_codes`), others factorized."""
+    if sizes.dtype.kind in "iu":
+        return _dense_codes(sizes.astype(np.int64, copy=False))
+    codes, uniques = pd.factorize(sizes, use_na_sentinel=False)
+    return codes.astype(np.int64, copy=False), len(uniques)
 
 
 def _rank_columns(objective: Objective, deadline: bool) -> tuple[list[str], list[bool]]:

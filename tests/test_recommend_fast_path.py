@@ -378,6 +378,34 @@ def test_scoring_and_reasons_equal_the_frame_operations(seed, per_node, nodes, p
         assert related.spread_penalty(row) == old_spread_penalty(scored, row)
 
 
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["v100", "k80"]),
+            st.integers(1, 3),
+            st.sampled_from([16, 32, 64, 4096]),
+            st.sampled_from([1.0, 2.0, np.nan]),
+        ),
+        min_size=1,
+        max_size=40,
+    ),
+    st.booleans(),
+    st.booleans(),
+)
+def test_single_gpu_throughput_is_the_merge_of_the_first(rows: list, categorical, floats) -> None:
+    """The one-GPU reference read by codes (a categorical's, whole batch sizes as they are)
+    is the frame merge's, text and float batch sizes included."""
+    scored = pd.DataFrame(rows, columns=["gpu_type", "num_gpus", "local_batch_size", "throughput"])
+    if categorical:
+        scored["gpu_type"] = scored["gpu_type"].astype("category")
+    if floats:
+        scored["local_batch_size"] = scored["local_batch_size"].astype(float)
+    np.testing.assert_array_equal(
+        configs._single_gpu_throughput(scored, scored["throughput"].to_numpy()),
+        old_single_gpu_throughput(scored),
+    )
+
+
 def old_distinct_groups(columns: list) -> tuple[np.ndarray, np.ndarray]:
     combined = np.zeros(len(columns[0]), dtype=np.int64)
     for column in columns:
