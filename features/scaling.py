@@ -325,8 +325,9 @@ def design_columns(inputs: DesignInputs) -> tuple[dict[str, np.ndarray], np.ndar
     t1, same, cross, comm = inputs.t1, inputs.same, inputs.cross, inputs.comm
     # the same GPU's measured overhead, else the communication model, else the overhead
     # of the same configuration on other GPU types as is, else none (perfect scaling)
+    own, log_t1 = np.isfinite(same), np.log(t1)  # (each read more than once)
     overhead = np.where(np.isfinite(comm), comm, cross)
-    overhead = np.clip(np.where(np.isfinite(same), same, overhead), 0, None)
+    overhead = np.clip(np.where(own, same, overhead), 0, None)
     base = t1 + np.nan_to_num(overhead)
     gpus, nodes, bsz = inputs.num_gpus, inputs.num_nodes, inputs.local_batch_size
     missing = np.full(len(t1), np.nan)
@@ -337,13 +338,13 @@ def design_columns(inputs: DesignInputs) -> tuple[dict[str, np.ndarray], np.ndar
         "multi_node": (nodes > 1).astype(float),
         "log_local_bsz": np.log2(bsz),
         "log_global_bsz": np.log2(bsz * gpus),
-        "log_t1": np.log(t1),
+        "log_t1": log_t1,
         "log_overhead_ratio": np.log1p(overhead / t1),
         "has_overhead": np.isfinite(overhead).astype(float),
-        "overhead_from_other_gpu": (~np.isfinite(same) & np.isfinite(cross)).astype(float),
-        "overhead_from_comm_model": (~np.isfinite(same) & np.isfinite(comm)).astype(float),
+        "overhead_from_other_gpu": (~own & np.isfinite(cross)).astype(float),
+        "overhead_from_comm_model": (~own & np.isfinite(comm)).astype(float),
         "log_comm_ratio": np.log1p(comm / t1),
-        "log_t1_vs_ref": np.log(t1) - inputs.log_t1_ref,
+        "log_t1_vs_ref": log_t1 - inputs.log_t1_ref,
     }
     for column in SPEC_COLUMNS:
         columns[column] = np.log(inputs.specs[column])
