@@ -70,7 +70,7 @@ def serve(
     missing = models.missing
     if missing and train_missing:
         # the port opens now: the loaded tasks answer, /readyz reports the training
-        models.progress = f"training the default models of {', '.join(missing)}"
+        models.progress = f"models are trained one at a time: {', '.join(missing)}"
         threading.Thread(
             target=_train_missing, args=(models, missing, ensure_champions), daemon=True
         ).start()
@@ -84,13 +84,19 @@ def serve(
 
 
 def _train_missing(models, tasks: list[str], ensure_champions) -> None:
-    """Train the default model of each task without a champion, then load them all."""
+    """Train the default model of each task without a champion, one at a time; each task
+    answers as soon as its model is trained, not after the last one (minutes later)."""
     for number, task in enumerate(tasks, start=1):
-        models.progress = f"training the default {task} model ({number} of {len(tasks)})"
+        models.progress = (
+            f"models are trained one at a time: training the default {task} model "
+            f"({number} of {len(tasks)})"
+        )
         try:  # one task's failure must not keep the others from being served
             ensure_champions([task], echo=err_console.print)
         except PerfcastError as err:
             err_console.print(f"[yellow]could not train a default {task} model:[/] {err}")
+        if number < len(tasks):
+            models.reload()
     models.progress = None
     still = models.reload()
     if still:

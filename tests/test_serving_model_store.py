@@ -141,10 +141,17 @@ def test_serve_trains_missing_models_after_binding_and_readyz_says_so() -> None:
     r = http.post("/v1/predict/scaling", json={"rows": [ROW]})
     assert r.status_code == 503 and "training" in r.json()["reason"]
 
-    def train_muri(tasks: list[str], echo) -> None:  # the default data is larger; same path
-        trainer.train("scaling", "muri-scaling", model="gbm")
+    seen = {}
 
-    _train_missing(models, ["scaling"], train_muri)
+    def train(tasks: list[str], echo) -> None:  # the default data is larger; same path
+        if tasks == ["scaling"]:
+            trainer.train("scaling", "muri-scaling", model="gbm")
+        else:  # scaling, trained first, answers while the next task trains
+            seen["scaling"] = http.post("/v1/predict/scaling", json={"rows": [ROW]}).status_code
+            seen["reason"] = http.get("/readyz").json()["reason"]
+
+    _train_missing(models, ["scaling", "interference"], train)
+    assert seen["scaling"] == 200 and "interference model (2 of 2)" in seen["reason"]
     # interference has a champion only where a test before this one (same home) trained one
     unserved = [t for t in ("interference",) if model_store.load_champion(t) is None]
     assert models.progress is None and models.missing == unserved
