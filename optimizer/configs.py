@@ -529,13 +529,12 @@ def _least_per_group(values: np.ndarray, codes: np.ndarray, groups: int) -> np.n
     """Each group's least value, NaN skipped (NaN where all are, or none): one reduction
     over runs of equal codes where the codes never decrease (the candidates, in pool and GPU
     order), else np.fmin.at."""
+    least = np.full(groups, np.nan)
     starts = np.flatnonzero(np.diff(codes, prepend=-1))
     if (np.diff(codes[starts]) > 0).all():  # each group one run of rows
-        least = np.full(groups, np.nan)
         least[codes[starts]] = np.fmin.reduceat(values, starts)
-        return least
-    least = np.full(groups, np.nan)
-    np.fmin.at(least, codes, values)
+    else:
+        np.fmin.at(least, codes, values)
     return least
 
 

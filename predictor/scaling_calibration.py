@@ -88,22 +88,17 @@ class NewClusterBlend:
         correction = np.clip(correction, self.correction_lo, self.correction_hi)
         return blend(log_t1, log_base, correction, self.physics_weight, self.correction_weight)
 
-    def centre(
-        self, log_t1: np.ndarray, log_base: np.ndarray, correction: np.ndarray
-    ) -> np.ndarray:
-        """The interval's centre: the blend of `interval_weights` (p50 where None)."""
-        if self.interval_weights is None:
-            return self.p50(log_t1, log_base, correction)
-        correction = np.clip(correction, self.correction_lo, self.correction_hi)
-        return blend(log_t1, log_base, correction, *self.interval_weights)
-
     def interval(
         self, log_t1: np.ndarray, log_base: np.ndarray, correction: np.ndarray
     ) -> np.ndarray:
-        """Log p10, p50 and p90 (rows of a 3 x n array): p10 and p90 the centre moved by the
-        offsets, taking in p50 where it lies outside them, so p10 <= p50 <= p90."""
-        mid = self.p50(log_t1, log_base, correction)
-        centre = self.centre(log_t1, log_base, correction)
+        """Log p10, p50 and p90 (rows of a 3 x n array): p10 and p90 the centre (the blend of
+        `interval_weights`, p50 where None) moved by the offsets, taking in p50 where it lies
+        outside them, so p10 <= p50 <= p90."""
+        correction = np.clip(correction, self.correction_lo, self.correction_hi)
+        mid = blend(log_t1, log_base, correction, self.physics_weight, self.correction_weight)
+        centre = mid
+        if self.interval_weights is not None:
+            centre = blend(log_t1, log_base, correction, *self.interval_weights)
         lo = np.fmin(centre + self.p10_offset, mid)
         hi = np.fmax(centre + self.p90_offset, mid)
         return np.vstack([lo, mid, hi])
