@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from perfcast import datasets
 from perfcast.features.graphs import sample_table, samples
 from perfcast.predictor import make_predictor
-from perfcast.predictor.regressors import TabularEncoder
+from perfcast.predictor.regressors import QuantileMLP, TabularEncoder
 
 torch.set_num_threads(1)
 finite = st.floats(-1e6, 1e6, allow_nan=False)
@@ -56,3 +56,21 @@ def test_fcn_on_gpus_it_never_saw_beats_the_roofline() -> None:
         np.mean(np.concatenate(roofline_errors)),
     )
     assert fcn_error < 0.6 * roofline_error, (fcn_error, roofline_error)
+
+
+def test_a_network_trains_on_one_thread_and_gives_the_callers_threads_back() -> None:
+    rng = np.random.default_rng(0)
+    table = pd.DataFrame(rng.normal(size=(200, 3)), columns=["a", "b", "c"])
+    seen: list[int] = []
+    hook = torch.nn.modules.module.register_module_forward_pre_hook(
+        lambda *_: seen.append(torch.get_num_threads())
+    )
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        QuantileMLP(epochs=3, n_members=1).fit(table, table["a"].to_numpy())
+        assert torch.get_num_threads() == 2
+    finally:
+        hook.remove()
+        torch.set_num_threads(before)
+    assert seen and set(seen) == {1}
