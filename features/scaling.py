@@ -294,7 +294,8 @@ OPTIONAL_NUMBERS = ("params_m", "gflops_per_sample")
 class DesignInputs:
     """What the features of n rows are computed from, one float array each: the rows' own
     numbers, the fitted lookups (one-GPU time, overheads, communication time) and the device
-    specs; `amp`, `params_m`, `gflops_per_sample` None where the rows do not carry them."""
+    specs (each spec a value per row, or one value of every row: rows of one GPU type);
+    `amp`, `params_m`, `gflops_per_sample` None where the rows do not carry them."""
 
     num_gpus: np.ndarray
     num_nodes: np.ndarray
@@ -347,12 +348,18 @@ def design_columns(inputs: DesignInputs) -> tuple[dict[str, np.ndarray], np.ndar
         "log_t1_vs_ref": log_t1 - inputs.log_t1_ref,
     }
     for column in SPEC_COLUMNS:
-        columns[column] = np.log(inputs.specs[column])
+        columns[column] = _every_row(np.log(inputs.specs[column]), len(t1))
     columns["amp"] = missing if inputs.amp is None else inputs.amp
     for column in OPTIONAL_NUMBERS:
         values = getattr(inputs, column)
         columns[f"log_{column}"] = missing if values is None else np.log1p(values)
     return columns, np.log(base)
+
+
+def _every_row(values: np.ndarray, n: int) -> np.ndarray:
+    """A column of n rows: `values` as they are, or its one value repeated (the log of one
+    GPU type's spec taken once, not 10^5 times)."""
+    return values if len(values) == n else np.full(n, values[0])
 
 
 def design_frame(

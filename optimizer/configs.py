@@ -20,6 +20,7 @@ import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Literal, Protocol, runtime_checkable
 
 import numpy as np
@@ -655,7 +656,8 @@ def _reasons(
         headline += f" under the ${max_cost:g} budget"
     related = _Related(scored, top)
     reasons = []
-    for rank, row in enumerate(top.itertuples(index=False), start=1):
+    rows = _reason_records(top)
+    for rank, row in enumerate(rows, start=1):
         what = headline if rank == 1 else f"#{rank}"
         text = (
             f"{what}: {row.num_gpus}×{row.gpu_type} on {row.num_nodes} node(s), "
@@ -666,19 +668,41 @@ def _reasons(
         if np.isfinite(row.cost):
             text += f", ${row.cost:.2f}"
         if rank > 1:
-            text += _versus_first(top.iloc[0], row, objective, deadline_s)
+            text += _versus_first(rows[0], row, objective, deadline_s)
         text += related.spread_penalty(row)
         reasons.append(text)
     return reasons
 
 
+# The columns a reason reads of its row.
+_REASON_COLUMNS = (
+    "num_gpus",
+    "gpu_type",
+    "num_nodes",
+    "local_batch_size",
+    "throughput",
+    "throughput_per_gpu",
+    "scaling_efficiency",
+    "total_time_s",
+    "cost",
+)
+
+
+def _reason_records(top: pd.DataFrame) -> list[SimpleNamespace]:
+    """The rows of `top` as records of `_REASON_COLUMNS`, each value the Python scalar
+    `itertuples` gives, without slicing the frame once per column of ~35 (~2 ms)."""
+    values = [top[name].tolist() for name in _REASON_COLUMNS]
+    rows = zip(*values, strict=True)
+    return [SimpleNamespace(**dict(zip(_REASON_COLUMNS, row, strict=True))) for row in rows]
+
+
 def _versus_first(
-    first: pd.Series, row: object, objective: Objective, deadline_s: float | None
+    first: SimpleNamespace, row: object, objective: Objective, deadline_s: float | None
 ) -> str:
     column = {"min_time": "total_time_s", "min_cost": "cost"}.get(objective, "throughput_per_gpu")
     if deadline_s is not None:
-        column = "cost" if np.isfinite(first["cost"]) else "num_gpus"
-    ref, value = float(first[column]), float(getattr(row, column))
+        column = "cost" if np.isfinite(first.cost) else "num_gpus"
+    ref, value = float(getattr(first, column)), float(getattr(row, column))
     if not (np.isfinite(ref) and ref > 0):
         return ""
     label = {"total_time_s": "time", "throughput_per_gpu": "samples/s per GPU"}.get(column, column)

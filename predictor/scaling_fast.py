@@ -338,6 +338,14 @@ def _number_column(rows: pd.DataFrame, column: str) -> np.ndarray | None:
     return pd.to_numeric(rows[column], errors="coerce").to_numpy(dtype=float)
 
 
+def by_code(values: np.ndarray, codes: np.ndarray) -> np.ndarray:
+    """`values[codes]`: each row's value by its code into the distinct values; one distinct
+    value (a request's one job, one GPU type) repeated without reading 10^5 codes."""
+    if len(values) == 1:
+        return np.full(len(codes), values[0], dtype=values.dtype)
+    return values[codes]
+
+
 def per_key(parts: Sequence[tuple[np.ndarray, int]], compute, width: int = 1) -> np.ndarray:
     """`compute(*codes)` once per distinct combination of the parts' codes (each part: the
     rows' codes and how many codes there are), as each row's value (width 1) or row of
@@ -345,7 +353,10 @@ def per_key(parts: Sequence[tuple[np.ndarray, int]], compute, width: int = 1) ->
     them than rows (one pass, no sort), else by `distinct_groups`."""
     n = len(parts[0][0])
     size = math.prod(radix for _, radix in parts)
-    if size <= max(4 * n, 4096):
+    if size == 1:  # one key (a request's one job and GPU type): no codes to combine
+        value = np.array(compute(*(0 for _ in parts)), dtype=float).reshape(1, width)
+        out = np.repeat(value, n, axis=0)
+    elif size <= max(4 * n, 4096):
         combined = np.zeros(n, dtype=np.int64)
         for codes, radix in parts:
             if radix > 1:  # (a part of one code, 0, leaves the combination as it is)
@@ -399,6 +410,18 @@ def _small_counts(column) -> np.ndarray | None:
     return None
 
 
+def integer_codes(column) -> np.ndarray:
+    """The column as non-negative integers, equal exactly where its values are: whole
+    numbers (and a categorical's codes) as `_small_counts` reads them, else the codes of
+    their factorization (a missing value one of them)."""
+    values = _small_counts(column)
+    if values is None:
+        text = isinstance(column, pd.Series) and isinstance(column.dtype, pd.StringDtype)
+        raw = column.array if text else np.asarray(column)
+        values = pd.factorize(raw, use_na_sentinel=False)[0].astype(np.int64, copy=False)
+    return values
+
+
 def radix_groups(columns: list) -> tuple[np.ndarray, np.ndarray]:
     """What `distinct_groups(columns)` answers (the same codes, in order of the groups' first
     rows, and the same first rows), factorizing once: the columns of non-negative whole
@@ -407,12 +430,8 @@ def radix_groups(columns: list) -> tuple[np.ndarray, np.ndarray]:
     n = len(columns[0])
     digits = []
     for column in columns:
-        values = _small_counts(column)
-        if values is None:
-            text = isinstance(column, pd.Series) and isinstance(column.dtype, pd.StringDtype)
-            raw = column.array if text else np.asarray(column)
-            values = pd.factorize(raw, use_na_sentinel=False)[0].astype(np.int64, copy=False)
-        elif n and values.min() > 0:  # counted from the least: a smaller, maybe dense, key
+        values = integer_codes(column)
+        if n and values.min() > 0:  # counted from the least: a smaller, maybe dense, key
             values = values - values.min()
         digits.append(values)
     radices = [int(d.max()) + 1 if n else 1 for d in digits]
@@ -532,9 +551,13 @@ def many_row_flags(predictor: ScalingPredictor, many: ManyRows) -> dict[str, np.
     columns = (many.num_gpus, many.num_nodes, many.per_node)
     measured = many.measured_among(predictor.measured_, columns)
     multi = many.num_gpus > 1
-    max_gpus = np.array(
-        [predictor.max_gpus_.get(str(job), predictor.max_gpus_any_) for job in jobs], dtype=float
-    )[many.job]
+    max_gpus = by_code(
+        np.array(
+            [predictor.max_gpus_.get(str(job), predictor.max_gpus_any_) for job in jobs],
+            dtype=float,
+        ),
+        many.job,
+    )
     ranges = per_key(
         [job_pair, gpu_pair],
         lambda j, g: predictor.batch_range_.get((jobs[j], gpu_types[g]), (np.nan, np.nan)),
@@ -548,15 +571,15 @@ def many_row_flags(predictor: ScalingPredictor, many: ManyRows) -> dict[str, np.
     known_jobs = set(features.jobs_)
     stated = many.stated_links()
     links = many.links(stated)
-    no_links = np.isnan(links).all(axis=1)
+    no_links = np.isnan(links[:, 0]) & np.isnan(links[:, 1])  # (faster than .all(axis=1))
     link = ring_link_gbps(links[:, 0], links[:, 1], many.num_nodes)
     return {
         "measured": measured,
         "uncharted": uncharted,
-        "new_job": np.array([job not in known_jobs for job in jobs], dtype=bool)[many.job],
-        "new_gpu_type": np.array([g not in predictor.gpu_types_ for g in gpu_types], dtype=bool)[
-            many.gpu
-        ],
+        "new_job": by_code(np.array([job not in known_jobs for job in jobs], dtype=bool), many.job),
+        "new_gpu_type": by_code(
+            np.array([g not in predictor.gpu_types_ for g in gpu_types], dtype=bool), many.gpu
+        ),
         "unmeasured_config": multi & ~measured & uncharted,
         "extrapolated_gpus": many.num_gpus > max_gpus,
         "extrapolated_batch": (bsz < ranges[:, 0]) | (bsz > ranges[:, 1]),
@@ -669,8 +692,11 @@ def many_row_design(
     for column in SPEC_COLUMNS:
         values = np.array([getattr(s, column) if s else np.nan for s in devices], dtype=float)
         own = _number_column(rows, column)
-        values = values[many.gpu]
-        specs[column] = values if own is None else np.where(np.isnan(own), values, own)
+        if own is not None:
+            values = np.where(np.isnan(own), values[many.gpu], own)
+        elif len(values) > 1:
+            values = values[many.gpu]
+        specs[column] = values  # (rows of one GPU type, none their own: its one value)
 
     amp = None
     if "amp" in rows.columns:
@@ -701,6 +727,6 @@ def many_row_design(
         categories,
         rows.index,
         job_codes=many.job,
-        category_codes=known[many.job],
+        category_codes=by_code(known, many.job),
     )
     return X, log_base

@@ -278,6 +278,25 @@ def test_per_key_computes_once_per_key_dense_or_not(pairs: list, dense: bool) ->
     assert len(calls) == len(set(calls)) == len(set(pairs))
 
 
+@given(st.integers(1, 50), st.sampled_from([1, 2]), st.booleans())
+def test_per_key_of_one_key_computes_it_once(n: int, width: int, missing: bool) -> None:
+    """Parts of one code each: one call, its value on every row (as the table made it)."""
+    calls: list[tuple] = []
+
+    def compute(*codes: int) -> float | tuple[float, float]:
+        calls.append(codes)
+        value = np.nan if missing else 2.5
+        return value if width == 1 else (value, True)
+
+    zeros = np.zeros(n, dtype=np.int64)
+    got = per_key([(zeros, 1), (zeros, 1)], compute, width=width)
+    want = np.array([compute(0, 0)] * n, dtype=float).reshape(n, width)
+    if width == 1:
+        want = want[:, 0]
+    np.testing.assert_array_equal(got, want)
+    assert calls[0] == (0, 0) and len(calls) == 2 and got.shape == want.shape
+
+
 # The optimizer's code before its array work, the reference the new code is held to.
 
 
@@ -376,6 +395,45 @@ def test_scoring_and_reasons_equal_the_frame_operations(seed, per_node, nodes, p
     related = configs._Related(scored, top)
     for row in top.itertuples(index=False):
         assert related.spread_penalty(row) == old_spread_penalty(scored, row)
+
+
+def old_versus_first(first: pd.Series, row: object, objective: str, deadline_s) -> str:
+    """`configs._versus_first` as it was: the first row as a Series."""
+    column = {"min_time": "total_time_s", "min_cost": "cost"}.get(objective, "throughput_per_gpu")
+    if deadline_s is not None:
+        column = "cost" if np.isfinite(first["cost"]) else "num_gpus"
+    ref, value = float(first[column]), float(getattr(row, column))
+    if not (np.isfinite(ref) and ref > 0):
+        return ""
+    label = {"total_time_s": "time", "throughput_per_gpu": "samples/s per GPU"}.get(column, column)
+    return f" ({value / ref - 1:+.0%} {label} vs #1)"
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    seed=st.integers(0, 5),
+    priced=st.booleans(),
+    objective=st.sampled_from(configs.OBJECTIVES),
+    deadline=st.sampled_from([None, 1e3]),
+    text=st.booleans(),
+)
+def test_reason_records_are_the_rows_itertuples_gives(seed, priced, objective, deadline, text):
+    """Reasons read the top rows as records of plain columns: the values (and types) of
+    `itertuples`, so the same text, the comparison with #1 included."""
+    pools = [configs.GpuPool("v100", 2, 3, 2.5 if priced else None), configs.GpuPool("k80", 4, 2)]
+    candidates = configs.enumerate_candidates({"job": "resnet18"}, pools, [16, 64])
+    scored = configs.score_candidates(candidates, TableBackend(seed), configs.Work(samples=1e6))
+    top = scored[np.isfinite(scored["step_time_s"])].head(6).reset_index(drop=True)
+    if text:  # as `recommend` hands them over: text columns as text
+        top = top.astype({"gpu_type": str, "placement": "string"})
+    records = configs._reason_records(top)
+    for record, row in zip(records, top.itertuples(index=False), strict=True):
+        for name in configs._REASON_COLUMNS:
+            mine, theirs = getattr(record, name), getattr(row, name)
+            assert type(mine) is type(theirs)
+            assert mine == theirs or (mine != mine and theirs != theirs)
+        got = configs._versus_first(records[0], record, objective, deadline)
+        assert got == old_versus_first(top.iloc[0], row, objective, deadline)
 
 
 @given(
@@ -561,6 +619,74 @@ def test_monotonic_guard_answers_as_before(
     want = old_monotonic(frame, per_node, mid, measured, groups)
     np.testing.assert_array_equal(got[0], want[0])
     np.testing.assert_array_equal(got[1], want[1])
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["resnet18", "bert"]),
+            st.sampled_from(["v100", "k80", "a100"]),
+            st.integers(1, 4),
+            st.integers(1, 3),
+            st.integers(1, 4),
+        ),
+        min_size=1,
+        max_size=12,
+        unique=True,
+    ),
+    st.lists(st.sampled_from([16, 32, 64, 128]), min_size=1, max_size=4),
+    st.lists(st.floats(0.01, 10) | st.just(np.nan), min_size=1, max_size=30),
+    st.booleans(),
+    st.booleans(),
+    st.booleans(),
+    st.integers(0, 2),
+    st.randoms(use_true_random=False),
+)
+def test_monotonic_guard_on_candidate_runs_answers_as_before(
+    configs_: list, sizes: list, values: list, uneven, categorical, zero, shuffles, random
+) -> None:
+    """`ScalingPredictor._monotonic` over rows laid out as a candidate table's (each
+    configuration and GPU type one run of rows in increasing batch, the running maximum then
+    taken along the runs) answers as the code before it; so do tables whose runs are uneven,
+    whose rows are then swapped out of that layout (`shuffles`), or that predict a zero."""
+    rows = []
+    for k, config in enumerate(configs_):
+        batches = sorted(sizes[: 1 + k % len(sizes)] if uneven else sizes)
+        rows += [(*config, b) for b in batches]
+    frame = pd.DataFrame(
+        rows, columns=["job", "gpu_type", "num_gpus", "num_nodes", "per_node", "local_batch_size"]
+    )
+    for _ in range(shuffles):  # two rows swapped: maybe no longer one run per combination
+        i, j = random.randrange(len(frame)), random.randrange(len(frame))
+        frame.iloc[[i, j]] = frame.iloc[[j, i]].to_numpy()
+        frame = frame.astype({c: "int64" for c in frame.columns[2:]})
+    frame["job"] = frame["job"].astype("category" if categorical else "str")
+    frame["gpu_type"] = frame["gpu_type"].astype("category" if categorical else "str")
+    mid = np.resize(np.array(values, dtype=float), len(frame))
+    mid[0] = 0.0 if zero else mid[0]  # (a zero: the path that sorts)
+    measured = np.array([random.random() < 0.2 for _ in range(len(frame))])
+    per_node = frame["per_node"].to_numpy(dtype=np.int64)
+    got = ScalingPredictor._monotonic(frame, per_node, mid, measured)
+    want = old_monotonic(frame, per_node, mid, measured)
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[1], want[1])
+
+
+def test_candidate_tables_take_the_runs_path(model) -> None:
+    """A recommendation's candidates are the layout `_batch_floor_in_runs` reads."""
+    candidates = configs.enumerate_candidates(
+        {"job": "resnet18"}, [configs.GpuPool("v100", 8, 4)], [16, 32, 64]
+    )
+    codes = [scaling.integer_codes(candidates[c]) for c in ("job", "num_gpus", "num_nodes")]
+    per_node = gpus_per_node_of(candidates).to_numpy()
+    gpu = scaling._type_codes(candidates["gpu_type"])[0]
+    bsz = candidates["local_batch_size"].to_numpy(dtype=float)
+    mid = np.linspace(1.0, 2.0, len(candidates))[::-1].copy()
+    floor = scaling._batch_floor_in_runs([*codes, per_node, gpu], bsz, mid)
+    assert floor is not None
+    group = radix_groups([*codes, per_node])[0]
+    np.testing.assert_array_equal(floor, scaling._batch_floor(group, gpu, bsz, mid))
 
 
 def old_pareto_front(candidates: np.ndarray, cost: np.ndarray, gpus: np.ndarray) -> list[int]:
