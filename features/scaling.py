@@ -328,8 +328,10 @@ def design_columns(inputs: DesignInputs) -> tuple[dict[str, np.ndarray], np.ndar
     # of the same configuration on other GPU types as is, else none (perfect scaling)
     own, log_t1 = np.isfinite(same), np.log(t1)  # (each read more than once)
     overhead = np.where(np.isfinite(comm), comm, cross)
-    overhead = np.clip(np.where(own, same, overhead), 0, None)
-    base = t1 + np.nan_to_num(overhead)
+    np.copyto(overhead, same, where=own)
+    np.clip(overhead, 0, None, out=overhead)
+    base = np.nan_to_num(overhead)
+    base += t1
     gpus, nodes, bsz = inputs.num_gpus, inputs.num_nodes, inputs.local_batch_size
     missing = np.full(len(t1), np.nan)
     columns = {
@@ -338,13 +340,13 @@ def design_columns(inputs: DesignInputs) -> tuple[dict[str, np.ndarray], np.ndar
         "gpus_per_node": inputs.gpus_per_node,
         "multi_node": (nodes > 1).astype(float),
         "log_local_bsz": np.log2(bsz),
-        "log_global_bsz": np.log2(bsz * gpus),
+        "log_global_bsz": _over(np.log2, bsz * gpus),
         "log_t1": log_t1,
-        "log_overhead_ratio": np.log1p(overhead / t1),
+        "log_overhead_ratio": _over(np.log1p, overhead / t1),
         "has_overhead": np.isfinite(overhead).astype(float),
         "overhead_from_other_gpu": (~own & np.isfinite(cross)).astype(float),
         "overhead_from_comm_model": (~own & np.isfinite(comm)).astype(float),
-        "log_comm_ratio": np.log1p(comm / t1),
+        "log_comm_ratio": _over(np.log1p, comm / t1),
         "log_t1_vs_ref": log_t1 - inputs.log_t1_ref,
     }
     for column in SPEC_COLUMNS:
@@ -353,7 +355,13 @@ def design_columns(inputs: DesignInputs) -> tuple[dict[str, np.ndarray], np.ndar
     for column in OPTIONAL_NUMBERS:
         values = getattr(inputs, column)
         columns[f"log_{column}"] = missing if values is None else np.log1p(values)
-    return columns, np.log(base)
+    return columns, _over(np.log, base)
+
+
+def _over(function: np.ufunc, values: np.ndarray) -> np.ndarray:
+    """`function(values)` written over `values`, an array of this function's own: the same
+    numbers without allocating a second array of 10^5 rows."""
+    return function(values, out=values)
 
 
 def _every_row(values: np.ndarray, n: int) -> np.ndarray:

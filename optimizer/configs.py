@@ -113,18 +113,23 @@ def enumerate_candidates(
     types = [p.gpu_type for p in pools]
     if len(set(types)) != len(types):
         raise PerfcastError("each gpu_type may appear in only one pool")
-    frames = [_pool_candidates(pool, sizes, wanted) for pool in pools]
-    placement = union_categoricals([f["placement"] for f in frames])
-    gpu_type = union_categoricals([f["gpu_type"] for f in frames])
-    candidates = pd.concat(
-        [f.drop(columns=["gpu_type", "placement"]) for f in frames], ignore_index=True
-    )
-    candidates.insert(0, "gpu_type", gpu_type)
-    candidates.insert(3, "placement", placement)
+    per_pool = [_pool_candidates(pool, sizes, wanted) for pool in pools]
+    columns = {name: _joined_pools([c[name] for c in per_pool]) for name in per_pool[0]}
+    n = len(columns["num_gpus"])
     for name, value in job.items():
         # text as a categorical of one value: one string, not one per candidate
-        candidates[name] = _constant(value, len(candidates)) if isinstance(value, str) else value
-    return candidates
+        columns[name] = _constant(value, n) if isinstance(value, str) else value
+    return pd.DataFrame(columns)  # one frame made, not one per pool concatenated
+
+
+def _joined_pools(parts: list[np.ndarray | pd.Categorical]) -> np.ndarray | pd.Categorical:
+    """One column of the pools' candidates, in pool order: categoricals by the union of
+    their categories."""
+    if len(parts) == 1:
+        return parts[0]
+    if isinstance(parts[0], pd.Categorical):
+        return union_categoricals(parts)
+    return np.concatenate(parts)
 
 
 def _constant(value: str, n: int) -> pd.Categorical:
@@ -170,25 +175,25 @@ def _layout(
     return gpus, spread, codes, pd.CategoricalDtype([p for p in placements if p])
 
 
-def _pool_candidates(pool: GpuPool, sizes: np.ndarray, wanted: np.ndarray | None) -> pd.DataFrame:
+def _pool_candidates(
+    pool: GpuPool, sizes: np.ndarray, wanted: np.ndarray | None
+) -> dict[str, np.ndarray | pd.Categorical]:
+    """The columns of one pool's candidates, in the candidate table's order."""
     key = None if wanted is None else tuple(wanted.tolist())
     gpus, spread, codes, placements = _layout(pool.gpus_per_node, pool.nodes, key)
     rows = len(gpus)
     in_search = np.ones(rows, bool) if wanted is None else np.isin(gpus, wanted)
-    return pd.DataFrame(
-        {
-            "gpu_type": _constant(pool.gpu_type, rows * sizes.size),
-            "num_nodes": np.repeat(spread, sizes.size),
-            "num_gpus": np.repeat(gpus, sizes.size),
-            # categorical: one string per (GPUs, nodes), not one per row (10^6 rows stay cheap)
-            "placement": pd.Categorical.from_codes(np.repeat(codes, sizes.size), dtype=placements),
-            "local_batch_size": np.tile(sizes, rows),
-            "in_search": np.repeat(in_search, sizes.size),
-            "price_per_gpu_hour": np.nan
-            if pool.price_per_gpu_hour is None
-            else pool.price_per_gpu_hour,
-        }
-    )
+    price = np.nan if pool.price_per_gpu_hour is None else pool.price_per_gpu_hour
+    return {
+        "gpu_type": _constant(pool.gpu_type, rows * sizes.size),
+        "num_nodes": np.repeat(spread, sizes.size),
+        "num_gpus": np.repeat(gpus, sizes.size),
+        # categorical: one string per (GPUs, nodes), not one per row (10^6 rows stay cheap)
+        "placement": pd.Categorical.from_codes(np.repeat(codes, sizes.size), dtype=placements),
+        "local_batch_size": np.tile(sizes, rows),
+        "in_search": np.repeat(in_search, sizes.size),
+        "price_per_gpu_hour": np.full(rows * sizes.size, price),
+    }
 
 
 @runtime_checkable
@@ -312,7 +317,8 @@ def _score_columns(
     reference = _single_gpu_throughput(out, new["throughput"])
     for q in ("", "_p10", "_p90"):
         # per-GPU throughput ÷ one GPU's median throughput (same type and local batch)
-        new[f"scaling_efficiency{q}"] = new[f"throughput{q}"] / gpus / reference
+        per_gpu = new[f"throughput{q}"] / gpus if q else new["throughput_per_gpu"]
+        new[f"scaling_efficiency{q}"] = per_gpu / reference
     price = out["price_per_gpu_hour"].to_numpy(dtype=float)
     # a total time's p10 comes from the p10 step time, i.e. the p90 throughput
     for q, opposite in (("", ""), ("_p10", "_p90"), ("_p90", "_p10")):
@@ -323,7 +329,10 @@ def _score_columns(
         else:
             seconds = work.iterations * step[q]
         new[f"total_time_s{q}"] = seconds
-        new[f"cost{q}"] = seconds / 3600 * gpus * price
+        cost = seconds / 3600  # then * gpus * price, in place
+        cost *= gpus
+        cost *= price
+        new[f"cost{q}"] = cost
     return new
 
 

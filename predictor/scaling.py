@@ -241,7 +241,9 @@ class ScalingPredictor(TaskPredictor):
         if has_base.any():
             mask = _ratio_rows(self.ratio_model_, has_base)
             based = slice(None) if mask.all() else mask  # (10^5 candidates: no masks)
-            out[:, based] = np.vstack(_quantiles(self.ratio_model_, X, mask, linked=False))
+            quantiles = _quantiles(self.ratio_model_, X, mask, linked=False)
+            for row, values in zip(out, quantiles, strict=True):
+                row[based] = values  # (no stacked copy of the three quantiles first)
             out[:, based] += log_base[based]
             multi_node = _column(X, "multi_node") > 0
             for spread, blend in (self.new_cluster_blends_ or {}).items():

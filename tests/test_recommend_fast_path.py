@@ -15,6 +15,7 @@ import pytest
 from conftest import gavel_muri_scaling_rows, requires_data, scaling_model_without_k80_multi
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from pandas.api.types import union_categoricals
 
 from perfcast.datasets.contract import validate
 from perfcast.errors import ContractError
@@ -395,6 +396,76 @@ def test_scoring_and_reasons_equal_the_frame_operations(seed, per_node, nodes, p
     related = configs._Related(scored, top)
     for row in top.itertuples(index=False):
         assert related.spread_penalty(row) == old_spread_penalty(scored, row)
+
+
+def old_enumerate_candidates(job, pools, local_batch_sizes, gpu_counts=None) -> pd.DataFrame:
+    """`configs.enumerate_candidates` as it was: a frame per pool, concatenated, columns
+    inserted and set one by one."""
+    sizes = np.unique(np.asarray(local_batch_sizes, dtype=np.int64))
+    wanted = None if gpu_counts is None else np.unique(np.asarray(gpu_counts, dtype=np.int64))
+    frames = []
+    for pool in pools:
+        key = None if wanted is None else tuple(wanted.tolist())
+        gpus, spread, codes, placements = configs._layout(pool.gpus_per_node, pool.nodes, key)
+        rows = len(gpus)
+        in_search = np.ones(rows, bool) if wanted is None else np.isin(gpus, wanted)
+        price = pool.price_per_gpu_hour
+        frames.append(
+            pd.DataFrame(
+                {
+                    "gpu_type": configs._constant(pool.gpu_type, rows * sizes.size),
+                    "num_nodes": np.repeat(spread, sizes.size),
+                    "num_gpus": np.repeat(gpus, sizes.size),
+                    "placement": pd.Categorical.from_codes(
+                        np.repeat(codes, sizes.size), dtype=placements
+                    ),
+                    "local_batch_size": np.tile(sizes, rows),
+                    "in_search": np.repeat(in_search, sizes.size),
+                    "price_per_gpu_hour": np.nan if price is None else price,
+                }
+            )
+        )
+    placement = union_categoricals([f["placement"] for f in frames])
+    gpu_type = union_categoricals([f["gpu_type"] for f in frames])
+    candidates = pd.concat(
+        [f.drop(columns=["gpu_type", "placement"]) for f in frames], ignore_index=True
+    )
+    candidates.insert(0, "gpu_type", gpu_type)
+    candidates.insert(3, "placement", placement)
+    for name, value in job.items():
+        candidates[name] = (
+            configs._constant(value, len(candidates)) if isinstance(value, str) else value
+        )
+    return candidates
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(1, 4), st.integers(1, 5), st.sampled_from([None, 2, 2.5, 0.0])),
+        min_size=1,
+        max_size=3,
+    ),
+    st.lists(st.integers(1, 512), min_size=1, max_size=4),
+    st.none() | st.lists(st.integers(1, 20), min_size=1, max_size=4),
+    st.dictionaries(
+        st.sampled_from(["params_m", "amp", "cluster", "gflops_per_sample"]),
+        st.none() | st.booleans() | st.integers(1, 9) | st.floats(0.5, 9) | st.just("x"),
+        max_size=3,
+    ),
+)
+def test_candidates_made_as_one_frame_are_the_concatenated_pools(
+    shapes: list, sizes: list, counts, extra: dict
+) -> None:
+    """The candidate table made in one frame from the pools' columns is the frame made by
+    concatenating one frame per pool (values, dtypes, categories, column order, index)."""
+    pools = [
+        configs.GpuPool(name, per_node, nodes, price)
+        for name, (per_node, nodes, price) in zip(["v100", "k80", "a100"], shapes, strict=False)
+    ]
+    job = {"job": "resnet18", **extra}
+    got = configs.enumerate_candidates(job, pools, sizes, counts)
+    pd.testing.assert_frame_equal(got, old_enumerate_candidates(job, pools, sizes, counts))
 
 
 def old_versus_first(first: pd.Series, row: object, objective: str, deadline_s) -> str:
