@@ -365,9 +365,10 @@ def _over(function: np.ufunc, values: np.ndarray) -> np.ndarray:
 
 
 def _every_row(values: np.ndarray, n: int) -> np.ndarray:
-    """A column of n rows: `values` as they are, or its one value repeated (the log of one
-    GPU type's spec taken once, not 10^5 times)."""
-    return values if len(values) == n else np.full(n, values[0])
+    """A column of n rows: `values` as they are, or its one value as every row's (the log of
+    one GPU type's spec taken once, not 10^5 times), a read-only view of it: no 10^5 copies
+    allocated here, and the gbm's matrix fills its column from one number."""
+    return values if len(values) == n else np.broadcast_to(values, (n,))
 
 
 def design_frame(

@@ -425,7 +425,11 @@ def recommend(
     columns, ascending = _rank_columns(objective, deadline_s is not None)
     if deadline_s is not None and np.isnan(column("cost")[rows]).all():
         columns, ascending = columns[1:], ascending[1:]
-    keys = [column(c)[rows] * (1 if up else -1) for c, up in zip(columns, ascending, strict=True)]
+    every = len(rows) == len(scored)  # (every row feasible: no 10^5-row gathers)
+    keys = [
+        (column(c) if every else column(c)[rows]) * (1 if up else -1)
+        for c, up in zip(columns, ascending, strict=True)
+    ]
     ranked = rows[_ranked_for_front(scored, rows, keys, top_k)]
     best = ranked[_diverse_front(scored, ranked, top_k)]
     top = scored.rows(best).drop(columns=["in_search"])

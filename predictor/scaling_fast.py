@@ -670,7 +670,8 @@ def many_row_design(
 
     # communication: gradient bytes per (job, multi-node, GPU type, nominal bytes)
     links = many.links(many.stated_links())
-    seconds_per_byte = ring_time_per_byte(links[:, 0], links[:, 1], nodes, gpus.astype(float))
+    gpus_float = gpus.astype(float)  # (read twice)
+    seconds_per_byte = ring_time_per_byte(links[:, 0], links[:, 1], nodes, gpus_float)
     params = np.array([MODEL_PARAMS_M.get(job, np.nan) for job in jobs], dtype=float)
     own_params = _number_column(rows, "params_m")
     if own_params is None:  # each job's nominal bytes: the job's code is theirs
@@ -705,7 +706,7 @@ def many_row_design(
         c: rows[c].to_numpy(dtype=float) if c in rows.columns else None for c in OPTIONAL_NUMBERS
     }
     inputs = DesignInputs(
-        num_gpus=gpus.astype(float),
+        num_gpus=gpus_float,
         num_nodes=nodes.astype(float),
         gpus_per_node=per_node.astype(float),
         local_batch_size=bsz.astype(float),
