@@ -260,7 +260,9 @@ def _predicted(candidates: pd.DataFrame, backend: PredictionBackend) -> pd.DataF
 class _Scored:
     """`score_candidates`' columns without its frame of 10^5 rows: the candidates' columns
     and the new ones as arrays, by name (a new column replaces a job column of its name, as
-    in the frame); `rows` makes the frame of only the rows asked for."""
+    in the frame); `rows` makes the frame of only the rows asked for. Of every candidate,
+    only the columns ranking reads are worked out at first; the `_ANSWER_ONLY` ones at the
+    answer's rows, or of every row once one of them is asked for by name."""
 
     def __init__(self, candidates: pd.DataFrame, pred: pd.DataFrame, work: Work | None) -> None:
         if len(pred) != len(candidates):
@@ -268,21 +270,27 @@ class _Scored:
                 f"the prediction backend answered {len(pred)} rows for {len(candidates)} candidates"
             )
         self.candidates = candidates.reset_index(drop=True)
-        self.new = _score_columns(self.candidates, pred, work)
+        self.pred, self.work = pred, work
+        self.new = _score_columns(self.candidates, pred, work, ranked_only=True)
 
     def __len__(self) -> int:
         return len(self.candidates)
 
     def __getitem__(self, name: str) -> np.ndarray | pd.Series:
+        if name in _ANSWER_ONLY and name not in self.new:  # (a deadline's p90 time, say)
+            self.new = _score_columns(self.candidates, self.pred, self.work)
         return self.new[name] if name in self.new else self.candidates[name]
 
     def frame(self) -> pd.DataFrame:
-        return _joined(self.candidates, self.new)
+        return _joined(self.candidates, _score_columns(self.candidates, self.pred, self.work))
 
     def rows(self, positions: np.ndarray) -> pd.DataFrame:
-        """`frame().iloc[positions]`, its index 0, 1, ..."""
+        """`frame().iloc[positions]`, its index 0, 1, ...: the rows' columns worked out at
+        them, each row's one-GPU reference found among every candidate."""
         chosen = self.candidates.iloc[positions].reset_index(drop=True)
-        return _joined(chosen, {name: values[positions] for name, values in self.new.items()})
+        reference = _single_gpu_throughput(self.candidates, self.new["throughput"])[positions]
+        pred = self.pred.iloc[positions]
+        return _joined(chosen, _score_columns(chosen, pred, self.work, reference=reference))
 
 
 def _joined(out: pd.DataFrame, new: dict[str, np.ndarray]) -> pd.DataFrame:
@@ -295,11 +303,28 @@ def _joined(out: pd.DataFrame, new: dict[str, np.ndarray]) -> pd.DataFrame:
     return pd.concat([out, pd.DataFrame(new, index=out.index)], axis=1)
 
 
+_QUANTILES = ("", "_p10", "_p90")
+# What `score_candidates` adds that ranking does not read of every candidate: the intervals
+# and the efficiencies, read for the answer's few rows.
+_ANSWER_ONLY = frozenset(
+    {"throughput_p10", "throughput_p90", "total_time_s_p10", "total_time_s_p90"}
+    | {"cost_p10", "cost_p90", *(f"scaling_efficiency{q}" for q in _QUANTILES)}
+)
+
+
 def _score_columns(
-    out: pd.DataFrame, pred: pd.DataFrame, work: Work | None
+    out: pd.DataFrame,
+    pred: pd.DataFrame,
+    work: Work | None,
+    reference: np.ndarray | None = None,
+    ranked_only: bool = False,
 ) -> dict[str, np.ndarray]:
-    """The columns `score_candidates` adds to the candidates `out`, as arrays."""
-    step = {q: pred[f"step_time_s{q}"].to_numpy(dtype=float) for q in ("", "_p10", "_p90")}
+    """The columns `score_candidates` adds to the candidates `out`, as arrays; `ranked_only`:
+    of the medians only, no efficiency (the intervals and efficiencies of 10^5 candidates
+    are read for the answer's few rows). `reference`: each row's one-GPU throughput where
+    `out` is some of the candidates (else found among `out`)."""
+    quantiles = ("",) if ranked_only else _QUANTILES
+    step = {q: pred[f"step_time_s{q}"].to_numpy(dtype=float) for q in _QUANTILES}
     gpus = out["num_gpus"].to_numpy()
     global_batch = gpus * out["local_batch_size"].to_numpy()
     # arrays, joined to the candidates at once where a frame is wanted (one column at a
@@ -311,17 +336,19 @@ def _score_columns(
         text = isinstance(flags.dtype, pd.StringDtype | pd.CategoricalDtype)
         new["flags"] = flags.array if text else flags.to_numpy()
     # samples/s; the p10 of throughput comes from the p90 of step time
-    for q, s in (("", ""), ("_p10", "_p90"), ("_p90", "_p10")):
+    for q, s in (("", ""), ("_p10", "_p90"), ("_p90", "_p10"))[: len(quantiles)]:
         new[f"throughput{q}"] = global_batch / step[s]
     new["throughput_per_gpu"] = new["throughput"] / gpus
-    reference = _single_gpu_throughput(out, new["throughput"])
-    for q in ("", "_p10", "_p90"):
-        # per-GPU throughput ÷ one GPU's median throughput (same type and local batch)
-        per_gpu = new[f"throughput{q}"] / gpus if q else new["throughput_per_gpu"]
-        new[f"scaling_efficiency{q}"] = per_gpu / reference
+    if not ranked_only:
+        if reference is None:
+            reference = _single_gpu_throughput(out, new["throughput"])
+        for q in quantiles:
+            # per-GPU throughput ÷ one GPU's median throughput (same type and local batch)
+            per_gpu = new[f"throughput{q}"] / gpus if q else new["throughput_per_gpu"]
+            new[f"scaling_efficiency{q}"] = per_gpu / reference
     price = out["price_per_gpu_hour"].to_numpy(dtype=float)
     # a total time's p10 comes from the p10 step time, i.e. the p90 throughput
-    for q, opposite in (("", ""), ("_p10", "_p90"), ("_p90", "_p10")):
+    for q, opposite in (("", ""), ("_p10", "_p90"), ("_p90", "_p10"))[: len(quantiles)]:
         if work is None:
             seconds = np.full(len(out), np.nan)
         elif work.samples is not None:

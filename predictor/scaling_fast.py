@@ -383,7 +383,14 @@ def per_key(parts: Sequence[tuple[np.ndarray, int]], compute, width: int = 1) ->
 
 
 def _int_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(code of each row, the distinct values) of a number column (NaN one value)."""
+    """(code of each row, the distinct values) of a number column (NaN one value). Whole
+    numbers of a small range are coded by their offset from the least, no hashing: the
+    values between that no row has are codes no row has (`per_key` looks up only those some
+    row has)."""
+    if values.dtype.kind in "iu" and len(values):
+        least, most = int(values.min()), int(values.max())
+        if most - least < max(len(values), 4096):
+            return values - least, np.arange(least, most + 1, dtype=values.dtype)
     codes, uniques = pd.factorize(values, use_na_sentinel=False)
     return codes.astype(np.int64, copy=False), np.asarray(uniques)
 
@@ -507,17 +514,17 @@ class ManyRows:
             link_facts=facts,
         )
 
-    def links(self, stated: Sequence[np.ndarray | None]) -> np.ndarray:
-        """(intra_node_bw_gbps, inter_node_bw_gbps) per row as `interconnect_frame` finds them,
-        `stated`: the rows' own values of the two columns (None: absent)."""
-        if len(self.link_facts) == 1:  # one GPU type and cluster: no codes to look up
-            links = np.repeat(self.link_facts, len(self.gpu), axis=0)
-        else:
-            links = self.link_facts[self.gpu * len(self.clusters) + self.cluster]
-        for k, own in enumerate(stated):
-            if own is not None:
-                links[:, k] = np.where(own > 0, own, links[:, k])
-        return links
+    def links(self, stated: Sequence[np.ndarray | None]) -> tuple[np.ndarray, np.ndarray]:
+        """(intra_node_bw_gbps, inter_node_bw_gbps) of the rows as `interconnect_frame` finds
+        them, two arrays; `stated`: the rows' own values of the two columns (None: absent)."""
+        # (one GPU type and cluster: its links repeated, no codes to look up)
+        one = len(self.link_facts) == 1
+        codes = self.gpu if one else self.gpu * len(self.clusters) + self.cluster
+        out = []
+        for facts, own in zip(self.link_facts.T, stated, strict=True):
+            values = by_code(np.ascontiguousarray(facts), codes)
+            out.append(values if own is None else np.where(own > 0, own, values))
+        return out[0], out[1]
 
     def stated_links(self) -> list[np.ndarray | None]:
         return [_number_column(self.rows, column) for column in INTERCONNECT_COLUMNS]
@@ -570,9 +577,9 @@ def many_row_flags(predictor: ScalingPredictor, many: ManyRows) -> dict[str, np.
     uncharted = multi & ~(charted > 0)
     known_jobs = set(features.jobs_)
     stated = many.stated_links()
-    links = many.links(stated)
-    no_links = np.isnan(links[:, 0]) & np.isnan(links[:, 1])  # (faster than .all(axis=1))
-    link = ring_link_gbps(links[:, 0], links[:, 1], many.num_nodes)
+    intra, inter = many.links(stated)
+    no_links = np.isnan(intra) & np.isnan(inter)
+    link = ring_link_gbps(intra, inter, many.num_nodes)
     return {
         "measured": measured,
         "uncharted": uncharted,
@@ -652,7 +659,7 @@ def many_row_design(
     )
 
     # overheads: the rows whose configuration (job, GPUs, nodes, GPUs per node) was measured
-    found = np.full((n, 3), np.nan)
+    found = np.full((3, n), np.nan)  # (same, cross, log_t1_ref), each row contiguous
     sync_gpus = np.array(sorted({config[1] for config in features.sync_}), dtype=np.int64)
     maybe = np.flatnonzero((gpus > 1) & np.isin(gpus, sync_gpus))
     if maybe.size:  # each distinct (configuration, GPU type, batch) of them once
@@ -666,12 +673,12 @@ def many_row_design(
                 values.append(features._overheads(config, gpu_types[gpu], float(b)))
             else:
                 values.append((np.nan, np.nan, np.nan))
-        found[maybe] = np.array(values, dtype=float).reshape(-1, 3)[group]
+        found[:, maybe] = np.array(values, dtype=float).reshape(-1, 3)[group].T
 
     # communication: gradient bytes per (job, multi-node, GPU type, nominal bytes)
-    links = many.links(many.stated_links())
+    intra, inter = many.links(many.stated_links())
     gpus_float = gpus.astype(float)  # (read twice)
-    seconds_per_byte = ring_time_per_byte(links[:, 0], links[:, 1], nodes, gpus_float)
+    seconds_per_byte = ring_time_per_byte(intra, inter, nodes, gpus_float)
     params = np.array([MODEL_PARAMS_M.get(job, np.nan) for job in jobs], dtype=float)
     own_params = _number_column(rows, "params_m")
     if own_params is None:  # each job's nominal bytes: the job's code is theirs
@@ -711,9 +718,9 @@ def many_row_design(
         gpus_per_node=per_node.astype(float),
         local_batch_size=bsz.astype(float),
         t1=t1,
-        same=found[:, 0],
-        cross=found[:, 1],
-        log_t1_ref=found[:, 2],
+        same=found[0],
+        cross=found[1],
+        log_t1_ref=found[2],
         comm=sync_seconds(moved, seconds_per_byte),
         specs=specs,
         amp=amp,

@@ -398,6 +398,34 @@ def test_scoring_and_reasons_equal_the_frame_operations(seed, per_node, nodes, p
         assert related.spread_penalty(row) == old_spread_penalty(scored, row)
 
 
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 10**6),
+    priced=st.booleans(),
+    work=st.sampled_from(["samples", "iterations", None]),
+    categorical=st.booleans(),
+    picks=st.lists(st.integers(0, 10**6), min_size=1, max_size=8),
+    asked=st.sampled_from([None, "total_time_s_p90", "scaling_efficiency", "cost_p10"]),
+)
+def test_scored_rows_are_the_frames_rows(seed, priced, work, categorical, picks, asked):
+    """The answer's rows, their intervals and efficiencies worked out at them alone (each
+    one-GPU reference found among every candidate), are the scored frame's rows; a column
+    asked for of every candidate is the frame's column."""
+    pools = [configs.GpuPool("v100", 2, 3, 2.5 if priced else None), configs.GpuPool("k80", 4, 2)]
+    candidates = configs.enumerate_candidates({"job": "resnet18"}, pools, [16, 64])
+    pred = TableBackend(seed).predict("scaling", candidates)
+    if categorical:  # as `predict_checked` answers: flags a categorical
+        pred["flags"] = pred["flags"].astype("category")
+    done = {"samples": configs.Work(samples=1e6), "iterations": configs.Work(iterations=1e4)}
+    scored = configs._Scored(candidates, pred, done.get(work))
+    frame = configs._Scored(candidates, pred, done.get(work)).frame()
+    if asked is not None:
+        np.testing.assert_array_equal(np.asarray(scored[asked]), frame[asked].to_numpy())
+    positions = np.array([p % len(candidates) for p in picks])
+    want = frame.iloc[positions].reset_index(drop=True)
+    pd.testing.assert_frame_equal(scored.rows(positions), want)
+
+
 def old_enumerate_candidates(job, pools, local_batch_sizes, gpu_counts=None) -> pd.DataFrame:
     """`configs.enumerate_candidates` as it was: a frame per pool, concatenated, columns
     inserted and set one by one."""
