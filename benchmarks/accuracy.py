@@ -229,8 +229,10 @@ def main() -> None:
     # runtime's headline (leave one GPU out) runs every family even with --quick: its graph
     # networks then train QUICK_EPOCHS epochs and its random split runs gbm alone, which
     # bounds the run (every family at 80 epochs took over 25 min under load)
-    graph = ("gbm", "fcn", "rnn", "gnn")
-    graph_params = {f: {"epochs": QUICK_EPOCHS} for f in ("rnn", "gnn")} if args.quick else {}
+    graph = ("gbm", "fcn", "rnn", "gnn", "gbm-gnn")
+    graph_params = (
+        {f: {"epochs": QUICK_EPOCHS} for f in ("rnn", "gnn", "gbm-gnn")} if args.quick else {}
+    )
     clusters = ("gbm", "fcn")  # scaling's headline likewise runs both with --quick
     if args.families:
         chosen = args.families.split(",")

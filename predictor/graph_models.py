@@ -96,7 +96,10 @@ class GraphQuantileNet(BaseEstimator):
         torch.manual_seed(self.random_state)
         rng = np.random.default_rng(self.random_state)
         stacked = np.stack([g.globals for g in graphs])
-        self.g_mean_, self.g_std_ = stacked.mean(0), stacked.std(0) + 1e-6
+        # a global constant in training (every sample inference) scales by 1, not 1e6: a
+        # prediction row where it differs would otherwise reach the network a million strong
+        std = stacked.std(0)
+        self.g_mean_, self.g_std_ = stacked.mean(0), np.where(std > 1e-6, std, 1.0)
         self.y_mean_, self.y_std_ = float(np.mean(y)), float(np.std(y) + 1e-6)
         target = torch.as_tensor((np.asarray(y) - self.y_mean_) / self.y_std_, dtype=torch.float32)
         model_class = _GNN if self.architecture == "gnn" else _RNN

@@ -13,7 +13,7 @@ from conftest import requires_data
 from perfcast import datasets
 from perfcast.errors import ContractError
 from perfcast.features.devices import matrix_speedup
-from perfcast.features.graphs import op_table, samples, with_roofline
+from perfcast.features.graphs import node_arrays, op_table, samples, with_roofline
 from perfcast.predictor import make_predictor
 from perfcast.predictor.regressors import ConformalQuantiles
 from perfcast.predictor.runtime import OpLatencyModel
@@ -81,7 +81,7 @@ def test_a_layer_count_below_one_is_refused(graphs: pd.DataFrame) -> None:
         with_roofline(sample)
 
 
-@pytest.mark.parametrize("family", ["rnn", "gnn"])
+@pytest.mark.parametrize("family", ["rnn", "gnn", "gbm-gnn"])
 def test_graph_families_are_conformalized_on_held_out_devices(
     graphs: pd.DataFrame, family: str
 ) -> None:
@@ -111,3 +111,33 @@ def test_stage_one_is_shared_between_families_only_on_the_same_rows(
     ops = op_table(small)
     ratio = np.exp(doubled.ops_.log_ratio(ops) - gbm.ops_.log_ratio(ops))
     assert np.median(ratio) > 1.5
+
+
+def test_the_blend_is_the_mean_of_gbm_and_the_network_in_log_space(graphs: pd.DataFrame) -> None:
+    """gbm-gnn's quantiles (before the conformal margin) are the mean of its two members' log
+    quantiles, each fitted on the same graphs and targets."""
+    train = graphs[graphs["device"].isin(["Tesla_T4", "Tesla_P4", "NVIDIA_H100_80GB_HBM3"])]
+    model = make_predictor("runtime", "gbm-gnn", epochs=4).fit(train)
+    blend = model.regressor_.regressor_
+    held = graphs[graphs["device"] == HELD_OUT]
+    # any value of stage 2's extra column will do: the property holds on any input
+    arrays = node_arrays(held, pd.DataFrame({"log_op_vs_roofline": 0.1}, samples(held).index))
+    parts = (
+        blend.tabular_.predict_quantiles(blend._table(arrays)),
+        blend.network_.predict_quantiles(arrays),
+    )
+    for mixed, a, b in zip(blend.predict_quantiles(arrays), *parts, strict=True):
+        np.testing.assert_allclose(mixed, (a + b) / 2)
+
+
+def test_a_global_constant_in_training_does_not_blow_up_a_graph_network(
+    graphs: pd.DataFrame,
+) -> None:
+    """Trained on inference samples only (`train` is 0 on all), a training-mode sample must get
+    a finite answer: the constant was once scaled by 1e-6 and reached the network at 1e6."""
+    inference = graphs[graphs["device"].isin(["Tesla_T4", "Tesla_P4"])]
+    model = make_predictor("runtime", "gnn", epochs=2).fit(inference)
+    held = graphs[(graphs["device"] == "Tesla_V100-PCIE-32GB") & (graphs["mode"] == "train")]
+    out = model.predict_interval(held)
+    assert np.isfinite(out.to_numpy(dtype=float)).all()
+    assert (out["e2e_latency_ms"] > 1e-3).all()
