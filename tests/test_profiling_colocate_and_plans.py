@@ -13,6 +13,7 @@ import torch
 
 from perfcast.datasets.contract import validate
 from perfcast.errors import PerfcastError
+from perfcast.features.profiling import colocate as colocate_module
 from perfcast.features.profiling import query_plans
 from perfcast.features.profiling.colocate import (
     JobSpec,
@@ -34,6 +35,33 @@ def test_colocated_tiny_models_write_valid_interference_rows() -> None:
         assert math.isnan(row[f"{side}_gpu_util"]) and math.isnan(row[f"{side}_mem_util"])
         assert row[f"{side}_mem_mb"] > 0 and row[f"{side}_cpu_util"] > 0
     assert pd.isna(row["sharing"])  # cores are shared by the OS: no GPU sharing mode
+
+
+def test_a_pair_is_measured_between_solo_runs_and_its_solo_is_their_mean(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On a machine whose background load drifts, the solo throughput a pair is divided by is
+    the mean of the solo windows just before and just after it, not one measured earlier."""
+    a, b = JobSpec.parse("mlp-w32-d1-i16:16"), JobSpec.parse("ncf-w8-d1-i2:32")
+    counters = {"gpu_util": 1.0, "mem_util": 2.0, "mem_mb": 3.0, "cpu_util": 4.0, "power_w": 5.0}
+    windows = iter([  # in the order run: a alone, b alone, together, a alone, b alone
+        {"solo": {"throughput": 10.0} | counters},
+        {"solo": {"throughput": 40.0} | counters},
+        {"a": {"throughput": 6.0} | counters, "b": {"throughput": 30.0} | counters},
+        {"solo": {"throughput": 14.0} | counters},
+        {"solo": {"throughput": 20.0} | counters},
+    ])  # fmt: skip
+    runs: list[dict] = []
+
+    def run(jobs: dict, settings: WindowSettings) -> dict:
+        runs.append(jobs)
+        return next(windows)
+
+    monkeypatch.setattr(colocate_module, "_run_processes", run)
+    row = colocate([(a, b)], WindowSettings()).iloc[0]
+    assert runs == [{"solo": a}, {"solo": b}, {"a": a, "b": b}, {"solo": a}, {"solo": b}]
+    assert (row["a_solo_throughput"], row["b_solo_throughput"]) == (12.0, 30.0)
+    assert (row["a_speed"], row["b_speed"]) == (0.5, 1.0)
 
 
 def test_a_gpu_pair_says_whether_an_mps_server_ran(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,9 +1,12 @@
 """Co-location (interference) profiler: two training jobs at once on the same device.
 
-Each job runs in its own process (spawned, so CUDA works), alone first and then beside the
-other; a barrier starts the co-located pair together and both run for the same wall-clock
+Each job runs in its own process (spawned, so CUDA works), alone, then beside the other, then
+alone again; a barrier starts the co-located pair together and both run for the same wall-clock
 window, so their measured windows overlap. A job's speed is its co-located throughput divided
-by its solo throughput measured in the same session, with the same settings.
+by the mean of its two solo throughputs around it, with the same settings: on a shared machine
+whose background load drifts, a solo run measured once per session (as this profiler did until
+2026-11-26) compared windows minutes apart, and the CPU pairs of 2026-11-23 read speeds of
+0.2-0.5 for two one-thread jobs on two cores (0.7-1.1 measured on the quiet machine).
 """
 
 from __future__ import annotations
@@ -151,7 +154,7 @@ def gpu_sharing(device: torch.device) -> str | None:
 
 
 class ColocationSession:
-    """Measures pairs on one device, caching each job's solo run for the session."""
+    """Measures pairs on one device, each between solo runs of its two jobs."""
 
     def __init__(self, settings: WindowSettings) -> None:
         self.settings = settings
@@ -159,28 +162,28 @@ class ColocationSession:
         self.gpu_type = device_name(device)
         self.source = f"measured:{socket.gethostname()}"
         self.sharing = gpu_sharing(device)
-        self._solo: dict[JobSpec, dict[str, float]] = {}
 
     def solo(self, job: JobSpec) -> dict[str, float]:
-        if job not in self._solo:
-            self._solo[job] = _run_processes({"solo": job}, self.settings)["solo"]
-        return self._solo[job]
+        return _run_processes({"solo": job}, self.settings)["solo"]
 
     def pair(self, a: JobSpec, b: JobSpec) -> dict[str, Any]:
-        """One contract `interference` row for `a` beside `b`."""
-        solo = {"a": self.solo(a), "b": self.solo(b)}
+        """One contract `interference` row for `a` beside `b`: the pair's window between solo
+        windows of each job, whose mean throughput is the solo one (counters: the first)."""
+        before = {"a": self.solo(a), "b": self.solo(b)}
         together = _run_processes({"a": a, "b": b}, self.settings)
+        after = {"a": self.solo(a), "b": self.solo(b)}
         row: dict[str, Any] = {"gpu_type": self.gpu_type}
         for side, job in (("a", a), ("b", b)):
-            alone, shared = solo[side], together[side]
+            alone, shared = before[side], together[side]
+            solo = (alone["throughput"] + after[side]["throughput"]) / 2
             row |= {
                 f"{side}_job": job.job,
                 f"{side}_batch_size": job.batch_size,
-                f"{side}_solo_throughput": alone["throughput"],
+                f"{side}_solo_throughput": solo,
                 f"{side}_gpu_util": alone["gpu_util"],
                 f"{side}_mem_util": alone["mem_util"],
                 f"{side}_mem_mb": alone["mem_mb"],
-                f"{side}_speed": shared["throughput"] / alone["throughput"],
+                f"{side}_speed": shared["throughput"] / solo,
                 f"{side}_colocated_throughput": shared["throughput"],
                 f"{side}_cpu_util": alone["cpu_util"],
                 f"{side}_colocated_cpu_util": shared["cpu_util"],
@@ -199,7 +202,7 @@ def colocate(
     settings: WindowSettings,
     on_pair: Callable[[], None] | None = None,
 ) -> pd.DataFrame:
-    """Interference rows for each pair, solo runs shared within the session."""
+    """Interference rows for each pair, each measured between solo runs of its jobs."""
     session = ColocationSession(settings)
     rows = []
     for a, b in pairs:
