@@ -16,7 +16,8 @@ share of its speed), and the device.
 workload should get (the rest shrinks toward "no interference", speed 1.0): the slowdowns
 Gavel measured (two jobs that each keep a GPU busy, about 0.55 each) do not carry over to
 workloads that leave the device half idle. Where both jobs' solo utilization counters are
-measured they decide it; otherwise the model families the training pairs covered do.
+measured they decide it (on a CPU, the share of its cores each job kept busy); otherwise the
+model families the training pairs covered do.
 """
 
 from __future__ import annotations
@@ -96,7 +97,7 @@ class InterferenceFeatures:
         share = np.asarray(FAMILY_EVIDENCE)[seen]
         measured = pd.concat(
             [
-                contention(_column(rows, f"a_{counter}"), _column(rows, f"b_{counter}"))
+                contention(_counter(rows, "a", counter), _counter(rows, "b", counter))
                 for counter in _COUNTERS
             ],
             axis=1,
@@ -154,6 +155,19 @@ def _add_specs(X: pd.DataFrame, rows: pd.DataFrame) -> None:
 def _families(jobs: pd.Series) -> pd.Series:
     """model_family of each job name, the regex run once per distinct name."""
     return jobs.map({job: model_family(job) for job in jobs.unique()})
+
+
+def _counter(rows: pd.DataFrame, side: str, counter: str) -> pd.Series:
+    """One side's solo `counter` (%). Where the shared device is the CPU itself (`gpu_type`
+    "cpu") its busy fraction is the share of the machine's logical CPUs the job kept busy,
+    `cpu_util` as the profilers write it: two one-thread jobs on two cores fit (50% + 50%), as
+    a GPU pair whose busy times sum to 100% does (measured on this project's 2-core machine,
+    quiet, 2026-11-26: speeds 0.73-1.30, mean |1 - speed| 0.12)."""
+    value = _column(rows, f"{side}_{counter}")
+    if counter != "gpu_util" or f"{side}_cpu_util" not in rows.columns:
+        return value
+    on_cpu = (rows["gpu_type"].astype("string").str.lower() == "cpu").fillna(False)
+    return value.where(~on_cpu, _column(rows, f"{side}_cpu_util"))
 
 
 def _column(rows: pd.DataFrame, name: str) -> pd.Series:

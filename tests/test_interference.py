@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from perfcast import datasets
 from perfcast.datasets.splits import folds
+from perfcast.features.interference import InterferenceFeatures
 from perfcast.predictor import make_predictor
 
 pytestmark = requires_data
@@ -60,15 +61,39 @@ def test_unseen_pairs_beat_no_interference_by_a_quarter(pairs: pd.DataFrame) -> 
     assert 0.7 <= np.concatenate(covered).mean() <= 0.95
 
 
-def test_trained_on_gavel_beats_no_interference_on_another_source(pairs: pd.DataFrame) -> None:
-    """Split by source: GPU pairs from Gavel in training, the CPU pairs measured here
-    (every workload new, most model families new) as the test."""
+def test_trained_on_gavel_is_no_worse_than_no_interference_on_cpu_pairs(
+    pairs: pd.DataFrame,
+) -> None:
+    """Split by source: GPU pairs from Gavel in training, the CPU pairs measured here (every
+    workload new, most model families new) as the test. Two one-thread jobs on two cores fit
+    (their solo `cpu_util` sums to ~100%), so the contention rule leaves no slowdown; Gavel's
+    slowdowns in full would be ~0.3 off (the train mean: 0.41)."""
     measured = datasets.load("measured-cpu-colocation")
     model = make_predictor("interference", "gbm").fit(pairs)
     errors, _ = _mae_and_coverage(model, measured)
-    assert errors.mean() < 0.75 * np.abs(1.0 - _speeds(measured)).mean()
+    assert errors.mean() <= np.abs(1.0 - _speeds(measured)).mean() + 1e-9
+    assert (
+        errors.mean()
+        < 0.5 * np.abs(pairs[["a_speed", "b_speed"]].to_numpy().mean() - _speeds(measured)).mean()
+    )
     flags = model.predict_interval(measured.drop(columns=["a_speed", "b_speed"]))["flags"]
     assert flags.str.contains("new_workload").all()
+    assert not flags.str.contains("new_model_family").any()  # the counters decided
+
+
+def test_on_a_cpu_the_share_of_its_cores_is_the_busy_counter(pairs: pd.DataFrame) -> None:
+    """A CPU pair's contention is read from each job's share of the machine's logical CPUs:
+    two jobs that fit get no slowdown, two that each want every core get the learned one."""
+    measured = datasets.load("measured-cpu-colocation").drop(columns=["a_speed", "b_speed"])
+    features = InterferenceFeatures().fit(pairs)
+    fit = measured.assign(a_cpu_util=50.0, b_cpu_util=40.0)
+    full = measured.assign(a_cpu_util=100.0, b_cpu_util=100.0)
+    share, from_counters = features.evidence(fit)
+    assert from_counters.all() and (share == 0.0).all()
+    share, from_counters = features.evidence(full)
+    assert from_counters.all() and (share == 1.0).all()
+    on_gpu = full.assign(gpu_type="v100")  # a GPU's host CPU use says nothing of the GPU
+    assert not features.evidence(on_gpu)[1].any()
 
 
 @settings(
