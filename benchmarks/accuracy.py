@@ -347,28 +347,37 @@ INTERVAL_TARGET = (0.75, 0.85, 1.6)  # issue 11: coverage band and median p90/p1
 
 def _losses(table: pd.DataFrame, metric: str, unit: str, skip: tuple[str, ...] = ()) -> str:
     """A line per split (pooled or one held-out source) and model whose `metric` is above a
-    baseline's of the same run (baselines named in `skip` aside); "nowhere" said plainly."""
+    baseline's of the same run (baselines named in `skip` aside), or equal to it (a model that
+    answers as the baseline does); "nowhere" said plainly."""
     lines = []
     for split, rows in table.groupby("split", sort=False):
         models = rows[~rows["model"].str.startswith("baseline")]
         bases = rows[rows["model"].str.startswith("baseline") & ~rows["model"].isin(skip)]
         for model in models.itertuples():
-            beaten = [
-                f"{b.model.removeprefix('baseline: ')} ({getattr(b, metric):.3g})"
-                for b in bases.itertuples()
-                if getattr(b, metric) < getattr(model, metric)
-            ]
-            if beaten:
-                lines.append(
-                    f"- {split}, {model.model} ({getattr(model, metric):.3g} {unit}) loses to "
-                    + ", ".join(beaten)
-                )
-    head = f"\n\nWhere a model loses to a baseline of the same run ({unit}):\n"
+            score = getattr(model, metric)
+            for verb in ("loses to", "ties with"):
+                named = [
+                    f"{b.model.removeprefix('baseline: ')} ({getattr(b, metric):.3g})"
+                    for b in bases.itertuples()
+                    if _against(getattr(b, metric), score) == verb
+                ]
+                if named:
+                    lines.append(
+                        f"- {split}, {model.model} ({score:.3g} {unit}) {verb} " + ", ".join(named)
+                    )
+    head = f"\n\nWhere a model loses to (or ties with) a baseline of the same run ({unit}):\n"
     return head + (
         "\n".join(lines)
         if lines
         else "- nowhere: every model beats every baseline on every split and held-out source"
     )
+
+
+def _against(baseline: float, score: float) -> str | None:
+    """How a model's error `score` compares with a baseline's (lower is better)."""
+    if np.isclose(baseline, score, rtol=1e-9, atol=0.0):
+        return "ties with"
+    return "loses to" if baseline < score else None
 
 
 def _scaling_losses(table: pd.DataFrame) -> str:

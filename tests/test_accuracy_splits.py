@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from benchmarks.accuracy import leave_one_device_out_folds
+from benchmarks.accuracy import _losses, leave_one_device_out_folds
 
 
 def test_leave_one_device_out_tests_each_device_once_and_never_trains_on_it() -> None:
@@ -19,3 +19,17 @@ def test_leave_one_device_out_tests_each_device_once_and_never_trains_on_it() ->
         assert set(graphs["device"].iloc[test]) == {device}
         assert device not in set(graphs["device"].iloc[train])
         assert len(train) + len(test) == len(graphs)
+
+
+def test_a_model_that_answers_as_a_baseline_is_reported_as_a_tie_not_a_win() -> None:
+    table = pd.DataFrame({
+        "split": ["by source"] * 4,
+        "model": ["gbm", "fcn", "baseline: no interference (1.0)", "baseline: train mean"],
+        "mae": [0.1205, 0.3, 0.1205, 0.2],
+    })  # fmt: skip
+    report = _losses(table, "mae", "MAE")
+    assert "- by source, gbm (0.12 MAE) ties with no interference (1.0) (0.12)" in report
+    assert "- by source, fcn (0.3 MAE) loses to no interference (1.0) (0.12), train mean" in report
+    assert "nowhere" not in report
+    better = table[table["model"] != "fcn"].assign(mae=[0.1, 0.2, 0.3])
+    assert "nowhere" in _losses(better, "mae", "MAE")
