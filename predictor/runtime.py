@@ -215,6 +215,18 @@ class RuntimePredictor(TaskPredictor):
         members = SeedAveraged(QuantileGBM(random_state=self.random_state))
         return ConformalQuantiles(members, random_state=self.random_state)
 
+    def _graph_regressor(
+        self, rows: pd.DataFrame, extra: pd.DataFrame
+    ) -> GraphQuantileNet | GbmGraphBlend:
+        """rnn or gnn alone, or a blend of gbm (on the sample table the tabular families see,
+        plus `extra`) with its graph network."""
+        if self.model not in BLENDS:
+            return GraphQuantileNet(self.model, epochs=self.epochs, random_state=self.random_state)
+        columns = (*sample_table(rows)[0].columns, *extra.columns)
+        return GbmGraphBlend(
+            BLENDS[self.model], columns, self.epochs, random_state=self.random_state
+        )
+
     def _fit(self, rows: pd.DataFrame) -> Self:
         require_device_specs(rows, "runtime training rows")
         y = np.log(samples(rows)["e2e_latency_ms"].to_numpy(dtype=float))
@@ -224,15 +236,7 @@ class RuntimePredictor(TaskPredictor):
         # runtime prediction is asked for (one device only: on held-out samples)
         devices = samples(rows)["device"].astype(str).to_numpy()
         if self.model in (*GRAPH_FAMILIES, *BLENDS):
-            if self.model in BLENDS:
-                columns = (*sample_table(rows)[0].columns, *extra.columns)
-                network = GbmGraphBlend(
-                    BLENDS[self.model], columns, self.epochs, random_state=self.random_state
-                )
-            else:
-                network = GraphQuantileNet(
-                    self.model, epochs=self.epochs, random_state=self.random_state
-                )
+            network = self._graph_regressor(rows, extra)
             self.regressor_ = ConformalQuantiles(network, random_state=self.random_state)
             self.regressor_.fit(node_arrays(rows, extra), target, groups=devices)
         else:
