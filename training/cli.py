@@ -18,7 +18,11 @@ console = Console(stderr=True)
 
 TASK_HELP = f"Task: {'|'.join(TASKS)}."
 SPLIT_HELP = "Held-out split: random, job, gpu_type, ... (an unknown name lists them all)."
-MODEL_HELP = "Model family (gbm|fcn, plus rnn|gnn for runtime) or auto (chosen by validation)."
+MODEL_HELP = (
+    "Model family, per task: "
+    + "; ".join(f"{task} {'|'.join(names)}" for task, names in FAMILIES.items())
+    + "; or auto (chosen by validation)."
+)
 
 
 def _check_task(task: str) -> None:
