@@ -22,12 +22,13 @@ from perfcast.errors import ContractError
 # The shape of the predictors' learned state. Bump it whenever a change to a predictor or its
 # features would make a model saved by an earlier perfcast unreadable or wrong: champions saved
 # in another format are not loaded (training/model_store.py), and the next training replaces them.
+# 13: the graph networks' epochs are chosen on held-out devices (ConformalQuantiles choices);
 # 12: runtime's op model and gbm average several seeds, inference dropout costs nothing;
 # 11: fcn's encoder keeps the training range; 10: the scaling correction does not see the
 # links' overhead; 9: scaling knows its slowest
 # training links; 8: scaling learns a new-cluster blend;
 # 7: interference, duration, runtime
-MODEL_FORMAT = 12
+MODEL_FORMAT = 13
 
 # What a model knows of a prediction row: `predict_interval` frames carry a string column
 # `flags`, comma-separated tokens from this vocabulary in this order ("" when none), and the

@@ -410,7 +410,12 @@ class ConformalQuantiles(BaseEstimator):
     out-of-fold errors seen during fit (Romano et al., 2019). Any regressor with
     `fit(X, y)` and `predict_quantiles(X)` over a frame or a list (the graph networks) fits
     here. With `groups` (e.g. each row's device) the folds hold out whole groups, so the
-    margin covers the error on a group never seen, which is what such a model is asked for."""
+    margin covers the error on a group never seen, which is what such a model is asked for.
+
+    `choices` (parameter sets of the regressor, e.g. epochs) are tried on the same folds: the
+    one whose mean absolute p50 error out of fold is lowest is refitted on every row, and its
+    out-of-fold errors set the margin (`chosen_`). On held-out groups this picks what
+    generalizes to a group never seen, inside the training data."""
 
     def __init__(
         self,
@@ -418,11 +423,13 @@ class ConformalQuantiles(BaseEstimator):
         n_folds: int = 3,
         coverage: float = INTERVAL_COVERAGE,
         random_state: int = 0,
+        choices: tuple[dict, ...] = (),
     ) -> None:
         self.regressor = regressor
         self.n_folds = n_folds
         self.coverage = coverage
         self.random_state = random_state
+        self.choices = choices
 
     def _folds(self, X: pd.DataFrame | list, groups: np.ndarray | None):
         if groups is not None and len(np.unique(groups)) >= 2:
@@ -434,14 +441,23 @@ class ConformalQuantiles(BaseEstimator):
     def fit(self, X: pd.DataFrame | list, y: np.ndarray, groups: np.ndarray | None = None) -> Self:
         y = np.asarray(y, dtype=float)
         self.margin_ = 0.0
+        candidates = list(self.choices) or [{}]
+        self.chosen_ = candidates[0]
         if len(y) >= 5 * self.n_folds:
-            scores = np.empty(len(y))
+            scores = np.empty((len(candidates), len(y)))
+            errors = np.empty((len(candidates), len(y)))
             for train, test in self._folds(X, groups):
-                fold_model = clone(self.regressor).fit(_take(X, train), y[train])
-                lo, _, hi = fold_model.predict_quantiles(_take(X, test))
-                scores[test] = conformity_scores(lo, hi, y[test])
-            self.margin_ = conformal_margin(scores, self.coverage)
-        self.regressor_ = clone(self.regressor).fit(X, y)
+                for i, params in enumerate(candidates):
+                    model = clone(self.regressor).set_params(**params)
+                    lo, mid, hi = model.fit(_take(X, train), y[train]).predict_quantiles(
+                        _take(X, test)
+                    )
+                    scores[i, test] = conformity_scores(lo, hi, y[test])
+                    errors[i, test] = np.abs(mid - y[test])
+            best = int(np.argmin(errors.mean(axis=1)))
+            self.chosen_ = candidates[best]
+            self.margin_ = conformal_margin(scores[best], self.coverage)
+        self.regressor_ = clone(self.regressor).set_params(**self.chosen_).fit(X, y)
         return self
 
     def predict_quantiles(self, X: pd.DataFrame | list) -> tuple[np.ndarray, ...]:

@@ -10,11 +10,12 @@ import torch
 from conftest import requires_data
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from sklearn.base import BaseEstimator
 
 from perfcast import datasets
 from perfcast.features.graphs import sample_table, samples
 from perfcast.predictor import make_predictor
-from perfcast.predictor.regressors import QuantileMLP, TabularEncoder
+from perfcast.predictor.regressors import ConformalQuantiles, QuantileMLP, TabularEncoder
 
 torch.set_num_threads(1)
 finite = st.floats(-1e6, 1e6, allow_nan=False)
@@ -74,3 +75,33 @@ def test_a_network_trains_on_one_thread_and_gives_the_callers_threads_back() -> 
         hook.remove()
         torch.set_num_threads(before)
     assert seen and set(seen) == {1}
+
+
+class _ScaledLine(BaseEstimator):
+    """A least-squares line whose slope is multiplied by `scale` (1.0: the fitted line)."""
+
+    def __init__(self, scale: float = 1.0) -> None:
+        self.scale = scale
+
+    def fit(self, X: pd.DataFrame, y: np.ndarray) -> _ScaledLine:
+        self.slope_, self.intercept_ = np.polyfit(X["x"].to_numpy(), y, 1)
+        return self
+
+    def predict_quantiles(self, X: pd.DataFrame) -> tuple[np.ndarray, ...]:
+        mid = self.intercept_ + self.scale * self.slope_ * X["x"].to_numpy()
+        return mid - 0.1, mid, mid + 0.1
+
+
+def test_conformal_choices_pick_what_predicts_held_out_groups_and_set_the_margin_by_it() -> None:
+    rng = np.random.default_rng(0)
+    X = pd.DataFrame({"x": rng.uniform(0, 10, 120)})
+    y = 2.0 * X["x"].to_numpy() + rng.normal(0, 0.5, 120)
+    groups = np.repeat(["a", "b", "c", "d"], 30)
+    choices = ({"scale": 0.5}, {"scale": 1.0}, {"scale": 1.5})
+    for order in (choices, choices[::-1]):
+        model = ConformalQuantiles(_ScaledLine(), choices=order).fit(X, y, groups=groups)
+        assert model.chosen_ == {"scale": 1.0}
+        assert model.regressor_.scale == 1.0
+    alone = ConformalQuantiles(_ScaledLine(scale=1.0)).fit(X, y, groups=groups)
+    assert model.margin_ == alone.margin_ > 0
+    assert np.allclose(model.predict_quantiles(X)[1], alone.predict_quantiles(X)[1])

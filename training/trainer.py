@@ -20,6 +20,7 @@ from perfcast.datasets.contract import SCHEMAS
 from perfcast.datasets.splits import folds
 from perfcast.errors import PerfcastError
 from perfcast.features.graphs import samples
+from perfcast.predictor import DEFAULT_FAMILY
 from perfcast.predictor.backend import PER_SAMPLE_TASKS, TASK_TABLES
 from perfcast.predictor.base import MODEL_FORMAT
 from perfcast.training import model_store
@@ -244,7 +245,7 @@ def ensure_champions(tasks: list[str], echo=print) -> None:
         except model_store.ChampionLoadError as err:
             echo(f"{err}; training the default model on {DEFAULT_DATA[task]} ...")
         start = time.perf_counter()
-        result = train(task, DEFAULT_DATA[task], model="gbm")
+        result = train(task, DEFAULT_DATA[task], model=DEFAULT_FAMILY[task])
         echo(describe(result) + f" [{time.perf_counter() - start:.0f} s]")
 
 
