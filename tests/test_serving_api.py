@@ -31,6 +31,7 @@ from perfcast.cli import app as perfcast_cli
 from perfcast.datasets.fetch import shared_data_available
 from perfcast.errors import ContractError
 from perfcast.optimizer import configs, elastic
+from perfcast.predictor import DEFAULT_FAMILY
 from perfcast.predictor.backend import PredictionBackend
 from perfcast.serving.app import create_app
 from perfcast.serving.client import PerfcastClient, ServiceError
@@ -64,7 +65,7 @@ def app(graph_rows: pd.DataFrame, tmp_path_factory: pytest.TempPathFactory):
     if model_store.load_champion("runtime") is None:
         path = tmp_path_factory.mktemp("graphs") / "neusight-subset.csv"
         graph_rows.to_csv(path, index=False)
-        trainer.train("runtime", str(path), model="gbm")
+        trainer.train("runtime", str(path), model=DEFAULT_FAMILY["runtime"])  # what is served
     tasks = ("scaling", "interference", "runtime")
     return create_app(Settings(api_key=KEY, max_body_bytes=2**20, tasks=tasks))
 
@@ -103,6 +104,7 @@ def test_predict_runtime_answers_once_per_sample(http, graph_rows) -> None:
     r = http.post("/v1/predict/runtime", json={"rows": rows})
     assert r.status_code == 200, r.text
     PREDICT_MODELS["runtime"][1].model_validate(r.json())
+    assert r.json()["model"]["family"] == DEFAULT_FAMILY["runtime"]
     predictions = r.json()["predictions"]
     assert [p["sample_id"] for p in predictions] == list(two["sample_id"].unique())
     assert all(p["e2e_latency_ms"] > 0 for p in predictions)
