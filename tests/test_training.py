@@ -10,6 +10,7 @@ from conftest import requires_data
 from mlflow.tracking import MlflowClient
 from typer.testing import CliRunner
 
+from perfcast import datasets
 from perfcast.cli import app
 from perfcast.training import model_store
 
@@ -148,3 +149,23 @@ def test_runtime_trains_on_profiled_cpu_graphs_once_the_device_specs_are_given(t
     assert loaded.input_example["seq_len"].isna().all()
     out = loaded.predict(loaded.input_example)
     assert out["e2e_latency_ms"].gt(0).all() and out["e2e_latency_ms"].notna().all()
+
+
+def test_a_graph_network_run_records_the_epochs_it_chose(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """gbm-gnn picks its epochs on held-out devices inside the training rows; the run says
+    which, so a registered model can be traced to what it trained."""
+    monkeypatch.setenv("PERFCAST_HOME", str(tmp_path))
+    graphs = datasets.load("neusight-graphs")
+    ids = graphs["sample_id"].drop_duplicates()
+    subset = graphs[graphs["sample_id"].isin(ids.iloc[::3])]  # ~35 samples, every device
+    path = tmp_path / "graphs.csv"
+    subset.to_csv(path, index=False)
+    result = runner.invoke(
+        app, ["train", "--task", "runtime", "--data", str(path), "--model", "gbm-gnn", "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    run = MlflowClient().get_run(_last_json(result.output)["run_id"])
+    assert run.data.params["model"] == "gbm-gnn"
+    assert run.data.params["chosen_epochs"] in {"20", "80"}

@@ -88,6 +88,9 @@ def train(task: str, data: str, model: str = "auto", split: str = "random") -> T
         mlflow.set_tag(model_store.FORMAT_TAG, str(MODEL_FORMAT))
         predictor, metrics = fit_and_score(task, family, train_rows, test_rows)
         mlflow.log_metrics(metrics)
+        # what the fit chose for itself on held-out groups (the graph networks' epochs)
+        chosen = getattr(getattr(predictor, "regressor_", None), "chosen_", None) or {}
+        mlflow.log_params({f"chosen_{name}": value for name, value in chosen.items()})
         example = test_rows.drop(columns=list(TASK_TABLES[task][1])).head(20)
         if task in PER_SAMPLE_TASKS:  # a whole graph sample, not a slice of one
             first = test_rows["sample_id"].iloc[0]
