@@ -51,6 +51,16 @@ ROW = {"job": "resnet18", "gpu_type": "v100", "num_nodes": 1, "num_gpus": 4,
        "local_batch_size": 128}  # fmt: skip
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _own_home(tmp_path_factory: pytest.TempPathFactory):
+    """This module asserts what is served (runtime's default family, no interference model),
+    so it keeps a store of its own: a module run before it may have registered others."""
+    before = os.environ["PERFCAST_HOME"]
+    os.environ["PERFCAST_HOME"] = str(tmp_path_factory.mktemp("serving-home"))
+    yield
+    os.environ["PERFCAST_HOME"] = before
+
+
 @pytest.fixture(scope="module")
 def graph_rows(tmp_path_factory: pytest.TempPathFactory) -> pd.DataFrame:
     graphs = datasets.load("neusight-graphs")

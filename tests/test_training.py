@@ -169,3 +169,19 @@ def test_a_graph_network_run_records_the_epochs_it_chose(
     run = MlflowClient().get_run(_last_json(result.output)["run_id"])
     assert run.data.params["model"] == "gbm-gnn"
     assert run.data.params["chosen_epochs"] in {"20", "80"}
+
+
+def test_the_store_follows_perfcast_home_and_a_users_tracking_uri_wins(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """mlflow exports the URI it is set to as MLFLOW_TRACKING_URI; read back as the user's,
+    it kept every later PERFCAST_HOME of the process on the first store (the serving tests
+    then served another module's champion)."""
+    monkeypatch.setenv("PERFCAST_HOME", str(tmp_path / "one"))
+    first = model_store.configure()
+    monkeypatch.setenv("PERFCAST_HOME", str(tmp_path / "two"))
+    second = model_store.configure()
+    assert first != second and str(tmp_path / "two") in second
+    users = f"sqlite:///{tmp_path / 'users.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", users)
+    assert model_store.configure() == users == mlflow.get_tracking_uri()

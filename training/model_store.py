@@ -36,14 +36,26 @@ def model_name(task: str) -> str:
     return f"perfcast-{task}"
 
 
+_EXPORTED: str | None = None  # the MLFLOW_TRACKING_URI that mlflow.set_tracking_uri exported
+
+
 def configure() -> str:
-    """Point MLflow at the tracking store and the perfcast experiment; returns the URI."""
-    uri = os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{state_dir() / 'mlflow.db'}"
+    """Point MLflow at the tracking store and the perfcast experiment; returns the URI: the
+    user's MLFLOW_TRACKING_URI, else the store under the state directory. mlflow exports the
+    URI it is set to into the environment, where it is not the user's: read as theirs, it
+    pinned a process to its first store, whatever PERFCAST_HOME said later."""
+    global _EXPORTED
+    given = os.environ.get("MLFLOW_TRACKING_URI")
+    if given is not None and given == _EXPORTED:
+        given = None
+    uri = given or f"sqlite:///{state_dir() / 'mlflow.db'}"
     logging.getLogger("alembic").setLevel(logging.WARNING)
     logging.getLogger("mlflow").setLevel(logging.WARNING)
     warnings.filterwarnings("ignore", module="mlflow")
     mlflow.set_tracking_uri(uri)
     mlflow.set_registry_uri(uri)
+    if given is None:
+        _EXPORTED = os.environ.get("MLFLOW_TRACKING_URI")
     if mlflow.get_experiment_by_name(EXPERIMENT) is None:
         artifacts = (state_dir() / "mlartifacts").as_uri() if uri.startswith("sqlite") else None
         mlflow.create_experiment(EXPERIMENT, artifact_location=artifacts)
