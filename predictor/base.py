@@ -22,13 +22,14 @@ from perfcast.errors import ContractError
 # The shape of the predictors' learned state. Bump it whenever a change to a predictor or its
 # features would make a model saved by an earlier perfcast unreadable or wrong: champions saved
 # in another format are not loaded (training/model_store.py), and the next training replaces them.
+# 14: runtime answers a seen device with its op model, flags rows and guards monotonicity;
 # 13: the graph networks' epochs are chosen on held-out devices (ConformalQuantiles choices);
 # 12: runtime's op model and gbm average several seeds, inference dropout costs nothing;
 # 11: fcn's encoder keeps the training range; 10: the scaling correction does not see the
 # links' overhead; 9: scaling knows its slowest
 # training links; 8: scaling learns a new-cluster blend;
 # 7: interference, duration, runtime
-MODEL_FORMAT = 13
+MODEL_FORMAT = 14
 
 # What a model knows of a prediction row: `predict_interval` frames carry a string column
 # `flags`, comma-separated tokens from this vocabulary in this order ("" when none), and the
@@ -47,8 +48,8 @@ FLAGS: dict[str, str] = {
     "row): the communication model is not extrapolated there, the step time is predicted at "
     "the slowest links it was checked on (a lower bound), never below the one-GPU time, with a "
     "wide interval",
-    "monotonic_guard": "raised to the step time predicted for a slower GPU or a smaller batch "
-    "of the same job and configuration",
+    "monotonic_guard": "moved to the time predicted for a slower GPU (lowered to it) or a "
+    "smaller batch (raised to it) of the same job and configuration in the same request",
     # interference
     "new_workload": "a job of the pair was never seen in training: its slowdown is shrunk "
     "toward none (speed 1.0) by what its utilization counters or model family support, and "
@@ -58,6 +59,10 @@ FLAGS: dict[str, str] = {
     "time_sliced": "a new workload's pair that took turns on the device (`sharing` time-slice) "
     "with both solo busy fractions measured: each job's speed is 1 / (1 + the other's busy "
     "fraction), in the general model's interval",
+    # runtime (also new_gpu_type, monotonic_guard)
+    "new_model": "the model (the graph's `model` name) was never seen in training: the "
+    "per-op model's sum answers, with the interval of its errors on models (and devices) it "
+    "never saw",
     # duration
     "new_trace": "the job's trace (`source`) was not among the training traces: the "
     "prediction is shrunk toward the training median as far as the cross-trace check "

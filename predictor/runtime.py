@@ -11,10 +11,19 @@ Rows are the `graph` contract's long table (one row per node); predictions are o
    training device's base from an op model that never saw it), so its corrections reflect the
    error on a device not in training; every family's p10-p90 is conformalized on folds that
    hold out whole devices (`ConformalQuantiles` with groups).
+Stage 2 learned the op model's error on a new device for the models it was trained on, and
+answers only that: a known model on a new device. Everywhere else the op model's sum answers,
+with the margin of its own errors on held-out models (and devices): carried to a device the
+op model knows, or to a model it never saw, stage 2's correction made things worse (leave
+one model out, gbm 11.6% MAPE against the op model's 8.2%; a new model on a new device,
+16.4% against 12.6%). Rows say what was new (`flags`: new_gpu_type, new_model), and among a
+request's samples of one model a device at least as fast is not predicted slower, nor a
+larger batch faster (`monotonic_guard`).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Self
 
 import lightgbm as lgb
@@ -22,6 +31,7 @@ import numpy as np
 import pandas as pd
 from sklearn.base import BaseEstimator, clone
 
+from perfcast.features.devices import fill_specs
 from perfcast.features.graphs import (
     GraphArrays,
     node_arrays,
@@ -30,9 +40,14 @@ from perfcast.features.graphs import (
     sample_table,
     samples,
 )
-from perfcast.predictor.base import TaskPredictor, interval_frame
+from perfcast.predictor.base import TaskPredictor, flags_column, interval_frame
 from perfcast.predictor.graph_models import GraphQuantileNet
-from perfcast.predictor.regressors import ConformalQuantiles, QuantileGBM, make_regressor
+from perfcast.predictor.regressors import (
+    ConformalQuantiles,
+    QuantileGBM,
+    conformal_margin,
+    make_regressor,
+)
 
 GRAPH_FAMILIES = ("rnn", "gnn")
 # family -> the graph network whose log-quantiles it averages with gbm's
@@ -149,11 +164,19 @@ class GbmGraphBlend(BaseEstimator):
         return tuple((a + b) / 2 for a, b in zip(tabular, network, strict=True))
 
 
-# Stage 1 costs eleven op-model fits, the same for every family: the trainer and the accuracy
+# Stage 1 costs sixteen op-model fits, the same for every family: the trainer and the accuracy
 # benchmark fit the four families on the same rows, so the last few results are kept, keyed by
 # the content of the op table (the models are only read after fitting).
-_STAGE1: dict[tuple[int, int], tuple[OpLatencyModel, np.ndarray]] = {}
+@dataclass(frozen=True)
+class _Stage1:
+    model: OpLatencyModel  # fitted on every training node
+    out_of_device: np.ndarray  # each sample's log base from an op model without its device
+    out_of_model: np.ndarray  # ... without its model (NaN: a single model)
+
+
+_STAGE1: dict[tuple[int, int], _Stage1] = {}
 _STAGE1_KEPT = 4
+MODEL_FOLDS = 5  # folds of held-out models behind the op model's margin
 
 
 def _has_node_latency(rows: pd.DataFrame) -> bool:
@@ -178,9 +201,11 @@ class RuntimePredictor(TaskPredictor):
 
     def _out_of_fold_base(self, ops: pd.DataFrame, groups: pd.Series, n_folds: int) -> np.ndarray:
         """Each training sample's log stage-1 base from an op model fitted without its group
-        (`groups`: one value per sample, indexed by sample_id)."""
+        (`groups`: one value per sample, indexed by sample_id; NaN for all with one group)."""
         keys = pd.unique(groups)
         base = pd.Series(np.nan, index=groups.index)
+        if len(keys) < 2:
+            return base.to_numpy()
         shuffled = np.random.default_rng(self.random_state).permutation(keys)
         for chunk in np.array_split(shuffled, min(len(keys), n_folds)):
             held = groups.index[groups.isin(chunk)]
@@ -189,26 +214,57 @@ class RuntimePredictor(TaskPredictor):
             base[held] = model.predict_log_sum(ops[is_held], held)
         return base.to_numpy()
 
-    def _stage2_view(self, rows: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
+    def _stage1(self, rows: pd.DataFrame) -> _Stage1 | None:
+        """The op model and its out-of-group bases (None: no node latencies, or one device)."""
+        info = samples(rows)
+        if not _has_node_latency(rows) or info["device"].nunique() < 2:
+            return None
+        ops = op_table(rows)
+        key = (int(pd.util.hash_pandas_object(ops).sum()), self.random_state)
+        if key not in _STAGE1:
+            while len(_STAGE1) >= _STAGE1_KEPT:
+                _STAGE1.pop(next(iter(_STAGE1)))
+            _STAGE1[key] = _Stage1(
+                OpLatencyModel(self.random_state).fit(ops),
+                self._out_of_fold_base(ops, info["device"], n_folds=10),
+                self._out_of_fold_base(ops, info["model"].astype(str), n_folds=MODEL_FOLDS),
+            )
+        return _STAGE1[key]
+
+    def _stage2_view(
+        self, rows: pd.DataFrame, stage1: _Stage1 | None
+    ) -> tuple[pd.DataFrame, np.ndarray]:
         """(extra features, log base) of stage 2's training samples. With an op model, the
         bases come from op models that never saw the sample's device: stage 2 learns the
         error it makes on a new device (random-split accuracy pays a little for this)."""
         _, log_base = sample_table(rows)
-        devices = samples(rows)["device"]
-        self.ops_ = None
-        extra = pd.DataFrame(index=devices.index)
-        if _has_node_latency(rows) and devices.nunique() > 1:
-            ops = op_table(rows)
-            key = (int(pd.util.hash_pandas_object(ops).sum()), self.random_state)
-            if key not in _STAGE1:
-                while len(_STAGE1) >= _STAGE1_KEPT:
-                    _STAGE1.pop(next(iter(_STAGE1)))
-                model = OpLatencyModel(self.random_state).fit(ops)
-                _STAGE1[key] = model, self._out_of_fold_base(ops, devices, n_folds=10)
-            self.ops_, log_op = _STAGE1[key]
-            extra["log_op_vs_roofline"] = log_op - log_base
-            log_base = log_op
+        extra = pd.DataFrame(index=samples(rows).index)
+        if stage1 is not None:
+            extra["log_op_vs_roofline"] = stage1.out_of_device - log_base
+            log_base = stage1.out_of_device
         return extra, log_base
+
+    @staticmethod
+    def _op_margins(y: np.ndarray, stage1: _Stage1 | None) -> dict[str, float] | None:
+        """How far p10 and p90 lie from the op model's sum, in log, where it answers: the
+        conformal margin of its errors on models it never saw (`new_model`), and for a model
+        and a device both new the root sum of squares of that and its margin on devices it
+        never saw (`both`). None: no op model, or one model only. The sum itself is the p50
+        (the median of those errors was 0.002 on NeuSight)."""
+        if stage1 is None:
+            return None
+        margins = {}
+        for name, base in (
+            ("new_model", stage1.out_of_model),
+            ("new_device", stage1.out_of_device),
+        ):
+            errors = np.abs(y - base)
+            errors = errors[np.isfinite(errors)]
+            if len(errors) < 10:
+                return None
+            margins[name] = conformal_margin(errors)
+        margins["both"] = float(np.hypot(margins["new_model"], margins["new_device"]))
+        return margins
 
     def _tabular_regressor(self) -> ConformalQuantiles:
         """gbm: the mean of a few seeds' boosters (cheap on ~100 samples), calibrated like
@@ -237,12 +293,15 @@ class RuntimePredictor(TaskPredictor):
 
     def _fit(self, rows: pd.DataFrame) -> Self:
         require_device_specs(rows, "runtime training rows")
-        y = np.log(samples(rows)["e2e_latency_ms"].to_numpy(dtype=float))
-        extra, log_base = self._stage2_view(rows)
+        info = samples(rows)
+        y = np.log(info["e2e_latency_ms"].to_numpy(dtype=float))
+        stage1 = self._stage1(rows)
+        self.ops_ = None if stage1 is None else stage1.model
+        extra, log_base = self._stage2_view(rows, stage1)
         target = y - log_base
         # every family's interval is calibrated on held-out devices: a new GPU is what a
         # runtime prediction is asked for (one device only: on held-out samples)
-        devices = samples(rows)["device"].astype(str).to_numpy()
+        devices = info["device"].astype(str).to_numpy()
         if self.model in (*GRAPH_FAMILIES, *BLENDS):
             self.regressor_ = self._graph_regressor(rows, extra)
             self.regressor_.fit(node_arrays(rows, extra), target, groups=devices)
@@ -250,6 +309,10 @@ class RuntimePredictor(TaskPredictor):
             X, _ = sample_table(rows)
             self.regressor_ = self._tabular_regressor()
             self.regressor_.fit(X.join(extra), target, groups=devices)
+        self.op_margins_ = self._op_margins(y, stage1)
+        self.devices_ = sorted(set(devices))
+        self.models_ = sorted(set(info["model"].astype(str)))
+        self.slower_pairs_ = _measured_slower_pairs(info)
         self.fitted_ = True
         return self
 
@@ -257,6 +320,7 @@ class RuntimePredictor(TaskPredictor):
         require_device_specs(rows, "runtime prediction rows")
         X, log_base = sample_table(rows)
         extra = pd.DataFrame(index=X.index)  # columns in the order _stage2_view makes them
+        log_op = None
         if self.ops_ is not None:
             log_op = self.ops_.predict_log_sum(op_table(rows), X.index)
             extra["log_op_vs_roofline"] = log_op - log_base
@@ -264,10 +328,114 @@ class RuntimePredictor(TaskPredictor):
         if self.model in (*GRAPH_FAMILIES, *BLENDS):
             graphs = node_arrays(rows, extra)
             index = pd.Index([g.sample_id for g in graphs], name="sample_id")
-            log_base = pd.Series(log_base, X.index).reindex(index).to_numpy()
             quantiles = self.regressor_.predict_quantiles(graphs)
         else:
             index = X.index
             quantiles = self.regressor_.predict_quantiles(X.join(extra))
-        values = tuple(np.exp(q + log_base) for q in quantiles)
-        return interval_frame(self.targets, index, [values])
+        log_base = pd.Series(log_base, X.index).reindex(index).to_numpy()
+        out = np.vstack([q + log_base for q in quantiles])
+        info = fill_specs(samples(rows).reindex(index).reset_index(), "device")
+        devices = info["device"].astype(str)
+        new_device = ~devices.isin(self.devices_).to_numpy()
+        new_model = ~info["model"].astype(str).isin(self.models_).to_numpy()
+        # stage 2 answers a known model on a new device only; a known model on a known device
+        # gets the op model's sum with the new-model margin (wider than it needs: covered)
+        if self.op_margins_ is not None:
+            log_op = pd.Series(log_op, X.index).reindex(index).to_numpy()
+            margins = self.op_margins_
+            margin = np.where(new_model & new_device, margins["both"], margins["new_model"])
+            op = (~new_device | new_model) & np.isfinite(log_op)
+            out[:, op] = log_op[op] + np.outer([-1.0, 0.0, 1.0], margin[op])
+        lo, mid, hi = np.exp(out)
+        raw = mid
+        mid = _monotonic(info, mid, self.slower_pairs_)
+        guarded = (mid != raw) & np.isfinite(raw)
+        # a moved p50 carries its p90 with it: the interval keeps its relative width
+        hi = np.where(guarded, hi * mid / raw, hi)
+        lo, hi = np.fmin(lo, mid), np.fmax(hi, mid)
+        frame = interval_frame(self.targets, index, [(lo, mid, hi)])
+        frame["flags"] = flags_column(
+            {
+                "new_gpu_type": new_device,
+                "new_model": new_model,
+                "monotonic_guard": guarded,
+            },
+            len(frame),
+        )
+        return frame
+
+
+_SAME_GRAPH = ["model", "mode", "seq_len"]  # with batch_size: one configuration of a model
+
+
+def _configuration(info: pd.DataFrame, with_batch: bool) -> pd.Series:
+    """A code per sample for (model, mode, seq_len[, batch_size]), missing values alike."""
+    columns = [c for c in _SAME_GRAPH if c in info.columns]
+    if with_batch:
+        columns.append("batch_size")
+    keys = info[columns].astype(str)
+    return pd.Series(pd.factorize(pd.MultiIndex.from_frame(keys))[0], index=info.index)
+
+
+def _at_least_as_fast(info: pd.DataFrame) -> pd.Series:
+    """(device, device) -> whether the first's FP32 peak and memory bandwidth are both no
+    lower than the second's; one entry per pair of the frame's distinct devices."""
+    specs = info.groupby("device")[["peak_tflops_fp32", "mem_bw_gbps"]].first()
+    flops, bw = specs["peak_tflops_fp32"].to_numpy(), specs["mem_bw_gbps"].to_numpy()
+    table = (flops[:, None] >= flops[None, :]) & (bw[:, None] >= bw[None, :])
+    frame = pd.DataFrame(table, index=specs.index, columns=specs.index)
+    return frame.stack()
+
+
+def _measured_slower_pairs(info: pd.DataFrame) -> list[tuple[str, str]]:
+    """Pairs of training devices (a, b) where a's datasheet is at least b's but a was
+    measured slower: the median of a's latency over b's, over the configurations measured on
+    both, above 1 (NeuSight: the MI210 against the MI250, whose specs per die are equal)."""
+    info = fill_specs(info.reset_index(), "device")
+    info = info.assign(device=info["device"].astype(str), config=_configuration(info, True))
+    latency = info.pivot_table(
+        index="config", columns="device", values="e2e_latency_ms", aggfunc="median"
+    )
+    pairs = []
+    for (a, b), faster in _at_least_as_fast(info).items():
+        if faster and a != b:
+            ratio = (latency[a] / latency[b]).dropna()
+            if len(ratio) and ratio.median() > 1.0:
+                pairs.append((a, b))
+    return pairs
+
+
+def _monotonic(info: pd.DataFrame, mid: np.ndarray, slower: list[tuple[str, str]]) -> np.ndarray:
+    """Among the samples of one request with the same model, mode and sequence length, a
+    larger batch is not predicted faster than a smaller one on the same device, and a device
+    at least as fast (datasheet FP32 peak and memory bandwidth both no lower, and not measured
+    slower in training: `slower`) is not predicted slower at the same batch."""
+    info = info.assign(device=info["device"].astype(str), mid=mid)
+    graph = _configuration(info, with_batch=False)
+    if not (graph.duplicated().any()):
+        return mid
+    # batch: the running maximum over increasing batch within (model, mode, seq, device)
+    order = info.assign(graph=graph).sort_values(["graph", "device", "batch_size"], kind="stable")
+    floored = order.groupby(["graph", "device"], sort=False)["mid"].cummax()
+    guarded = floored.reindex(info.index).to_numpy()
+    # device: the minimum over the devices this one is at least as fast as, same batch;
+    # repeated to a fixed point, as pairs measured otherwise leave the relation intransitive
+    faster = _at_least_as_fast(info)
+    faster = faster[faster & (faster.index.get_level_values(0) != faster.index.get_level_values(1))]
+    faster = faster.drop(index=[p for p in slower if p in faster.index])
+    if faster.empty:
+        return guarded
+    config = _configuration(info, with_batch=True).to_numpy()
+    device = info["device"].to_numpy()
+    for _ in range(len(set(device))):
+        cell = pd.Series(guarded).groupby([config, device]).min()
+        ceiling = np.full(len(guarded), np.inf)
+        for a, b in faster.index:
+            rows = np.flatnonzero(device == a)
+            below = cell.reindex(pd.MultiIndex.from_arrays([config[rows], [b] * len(rows)]))
+            ceiling[rows] = np.fmin(ceiling[rows], below.to_numpy())
+        lowered = np.fmin(guarded, ceiling)
+        if np.array_equal(lowered, guarded):
+            break
+        guarded = lowered
+    return guarded

@@ -120,6 +120,25 @@ def test_predict_runtime_answers_once_per_sample(http, graph_rows) -> None:
     assert all(p["e2e_latency_ms"] > 0 for p in predictions)
 
 
+def test_a_runtime_answer_says_what_was_new(http, graph_rows) -> None:
+    """Issue 11's example: `my-llama-7b` on `h100` (specs from the datasheet) is answered
+    with an interval and says that neither the model nor the device was seen in training."""
+    one = graph_rows[graph_rows["sample_id"] == graph_rows["sample_id"].iloc[0]]
+    specs = ["mem_gb", "mem_bw_gbps", "num_sm", "peak_tflops_fp32", "l2_mb"]
+    new = one.drop(columns=["e2e_latency_ms", *specs]).assign(model="my-llama-7b", device="h100")
+    rows = json.loads(
+        pd.concat([one.drop(columns="e2e_latency_ms"), new]).to_json(orient="records")
+    )
+    for row in rows[len(one) :]:
+        row["sample_id"] = "my-llama-7b/h100"
+    r = http.post("/v1/predict/runtime", json={"rows": rows})
+    assert r.status_code == 200, r.text
+    seen, unseen = r.json()["predictions"]
+    assert seen["flags"] == []
+    assert unseen["flags"] == ["new_gpu_type", "new_model"]
+    assert unseen["e2e_latency_ms_p10"] < unseen["e2e_latency_ms"] < unseen["e2e_latency_ms_p90"]
+
+
 def test_a_row_breaking_the_contract_is_a_422_naming_row_and_column(http) -> None:
     rows = [ROW, {**ROW, "local_batch_size": 0}]
     r = http.post("/v1/predict/scaling", json={"rows": rows})
