@@ -226,3 +226,34 @@ def test_links_slower_than_any_in_training_are_predicted_at_the_slowest_and_say_
 
 
 _LINK = {False: "intra_node_bw_gbps", True: "inter_node_bw_gbps"}
+
+
+@pytest.fixture(scope="module")
+def sia_without_one_job():
+    """Sia's Quadro RTX 6000 rows and Gavel's in training, but for the multi-GPU rows of one
+    job on the Quadro node (its one-GPU rows kept): the model and the held-out rows."""
+    sia = datasets.load("sia-scaling")
+    quad = sia[sia["cluster"] == "sia-quad"]
+    held = (quad["job"] == "resnet18-cifar10") & (quad["num_gpus"] > 1)
+    rows = pd.concat([datasets.load("gavel-scaling"), quad[~held]])
+    return make_predictor("scaling", "gbm").fit(rows), quad[held].drop(columns=["step_time_s"])
+
+
+@requires_data
+def test_a_new_job_on_a_known_clusters_gpu_takes_the_held_out_jobs_blend(
+    sia_without_one_job,
+) -> None:
+    """Other jobs' multi-GPU rows on the same cluster and GPU type calibrate a blend of their
+    own (held-out jobs); the same rows naming no cluster are a place never measured and take
+    the new-cluster blend. Few rows (the fast path) answer as a frame does."""
+    model, rows = sia_without_one_job
+    assert model.new_job_blends_ is not None
+    assert ("sia-quad", "rtx6000") in model.charted_places_
+    known = model.predict_interval(rows)
+    unknown = model.predict_interval(rows.drop(columns=["cluster"]))
+    assert (known["flags"] == unknown["flags"]).all()
+    assert known["flags"].str.contains("unmeasured_config").all()
+    assert not np.allclose(known["step_time_s"], unknown["step_time_s"])
+    few = rows.head(8)
+    columns = model.predict_columns(few.to_dict("records"))
+    np.testing.assert_allclose(columns["step_time_s"], known["step_time_s"].head(8))
