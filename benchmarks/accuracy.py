@@ -87,6 +87,26 @@ def leave_one_device_out_folds(graphs: pd.DataFrame):
         yield np.flatnonzero(~held), np.flatnonzero(held), device
 
 
+def leave_one_model_out_folds(graphs: pd.DataFrame):
+    """A model never seen, on devices that were: for each model, train on every other
+    model's samples and test on its own. Yields (train, test, model)."""
+    models = graphs["model"].astype(str).to_numpy()
+    for model in sorted(set(models)):
+        held = models == model
+        yield np.flatnonzero(~held), np.flatnonzero(held), model
+
+
+def new_model_new_device_folds(graphs: pd.DataFrame):
+    """A model and a device both never seen: for each (model, device) measured, train on the
+    samples of neither and test on the pair's."""
+    models, devices = (graphs[c].astype(str).to_numpy() for c in ("model", "device"))
+    for model in sorted(set(models)):
+        for device in sorted(set(devices)):
+            test = (models == model) & (devices == device)
+            if test.any():
+                yield np.flatnonzero((models != model) & (devices != device)), np.flatnonzero(test)
+
+
 def new_gpu_folds(rows: pd.DataFrame):
     """Situation (1) of the issue: a GPU type known only from its one-GPU rows. For each GPU
     type: train on everything but its multi-GPU rows, test on its multi-GPU rows of the jobs
@@ -269,6 +289,13 @@ def main() -> None:
          folds(graphs, "graph", "random")),
         ("runtime", "graph", graphs, "leave one GPU out", graph,
          leave_one_device_out_folds(graphs)),
+        # every family answers a new model with the op model's sum: gbm stands for them
+        ("runtime", "graph", graphs, "leave one model out", graph[:1],
+         leave_one_model_out_folds(graphs)),
+        *([] if args.quick else [  # 50 folds: ~10 CPU-min
+            ("runtime", "graph", graphs, "new model on a new GPU", graph[:1],
+             new_model_new_device_folds(graphs)),
+        ]),
         ("duration", "trace", philly, "random", tab, folds(philly, "trace", "random", n_folds=3)),
         ("duration", "trace", traces, "leave one trace out", tab,
          leave_one_trace_out_folds(traces)),
@@ -306,6 +333,7 @@ def main() -> None:
             + "\n".join(_table_lines(part))
             + (_scaling_losses(part) if task == "scaling" else "")
             + (_losses(part, "mae", "MAE") if task == "interference" else "")
+            + (_losses(part, "mape", "% MAPE") if task in ("runtime", "duration") else "")
             + ("\n\nBatch prediction speed (2 cores, includes contract validation and "
                "features):\n" + "\n".join(speeds) if speeds else "")
         )  # fmt: skip
@@ -332,8 +360,11 @@ SPLITS = {
     "workload new). Both jobs' speeds count as rows. "
     "Width: the median p90/p10 of the predicted intervals.",
     "runtime": "Metrics pooled over the folds (random: 5-fold; leave one GPU out: every device "
-    "once, pooled then per held-out device). Width: the median p90/p10 of the predicted "
-    "intervals. The graph networks' epochs (20 or 80) are chosen in each fit on its training "
+    "once, pooled then per held-out device; leave one model out: every model once, gbm alone, "
+    "as every family answers a model it never saw with the op model's sum; new model on a new "
+    "GPU, without --quick: each (model, device) measured, trained on the samples of neither). "
+    "Width: the median p90/p10 of the predicted intervals. The graph networks' epochs (20 "
+    "or 80) are chosen in each fit on its training "
     f"rows' held-out devices; with --quick rnn and gnn train {QUICK_EPOCHS} epochs instead.",
     "duration": "Metrics pooled over the folds (random: 3-fold; leave one trace out: each "
     "cluster's trace tested with the other three in training, pooled then per trace). Width: "
