@@ -351,7 +351,7 @@ class RuntimePredictor(TaskPredictor):
         mid = _monotonic(info, mid, self.slower_pairs_)
         guarded = (mid != raw) & np.isfinite(raw)
         # a moved p50 carries its p90 with it: the interval keeps its relative width
-        hi = np.where(guarded, hi * mid / raw, hi)
+        hi[guarded] *= mid[guarded] / raw[guarded]
         lo, hi = np.fmin(lo, mid), np.fmax(hi, mid)
         frame = interval_frame(self.targets, index, [(lo, mid, hi)])
         frame["flags"] = flags_column(
