@@ -22,7 +22,7 @@ from perfcast.errors import ContractError
 # The shape of the predictors' learned state. Bump it whenever a change to a predictor or its
 # features would make a model saved by an earlier perfcast unreadable or wrong: champions saved
 # in another format are not loaded (training/model_store.py), and the next training replaces them.
-# 14: runtime answers a seen device with its op model, flags rows and guards monotonicity,
+# 14: runtime answers a new model with its op model, flags rows and guards monotonicity,
 # scaling calibrates a new job's blend on held-out jobs;
 # 13: the graph networks' epochs are chosen on held-out devices (ConformalQuantiles choices);
 # 12: runtime's op model and gbm average several seeds, inference dropout costs nothing;

@@ -11,12 +11,11 @@ Rows are the `graph` contract's long table (one row per node); predictions are o
    training device's base from an op model that never saw it), so its corrections reflect the
    error on a device not in training; every family's p10-p90 is conformalized on folds that
    hold out whole devices (`ConformalQuantiles` with groups).
-Stage 2 learned the op model's error on a new device for the models it was trained on, and
-answers only that: a known model on a new device. Everywhere else the op model's sum answers,
-with the margin of its own errors on held-out models (and devices): carried to a device the
-op model knows, or to a model it never saw, stage 2's correction made things worse (leave
-one model out, gbm 11.6% MAPE against the op model's 8.2%; a new model on a new device,
-16.4% against 12.6%). Rows say what was new (`flags`: new_gpu_type, new_model), and among a
+Stage 2 learned the op model's error for the models it was trained on, and corrects only
+those. A model it never saw gets the op model's sum, with the margin of the sum's own errors
+on held-out models (and devices): there stage 2's correction made things worse (leave one
+model out, gbm 11.6% MAPE against the op model's 8.2%; a new model on a new device, 16.4%
+against 12.6%). Rows say what was new (`flags`: new_gpu_type, new_model), and among a
 request's samples of one model a device at least as fast is not predicted slower, nor a
 larger batch faster (`monotonic_guard`).
 """
@@ -338,13 +337,11 @@ class RuntimePredictor(TaskPredictor):
         devices = info["device"].astype(str)
         new_device = ~devices.isin(self.devices_).to_numpy()
         new_model = ~info["model"].astype(str).isin(self.models_).to_numpy()
-        # stage 2 answers a known model on a new device only; a known model on a known device
-        # gets the op model's sum with the new-model margin (wider than it needs: covered)
-        if self.op_margins_ is not None:
+        if self.op_margins_ is not None:  # stage 2 corrects the models it was trained on
             log_op = pd.Series(log_op, X.index).reindex(index).to_numpy()
             margins = self.op_margins_
-            margin = np.where(new_model & new_device, margins["both"], margins["new_model"])
-            op = (~new_device | new_model) & np.isfinite(log_op)
+            margin = np.where(new_device, margins["both"], margins["new_model"])
+            op = new_model & np.isfinite(log_op)
             out[:, op] = log_op[op] + np.outer([-1.0, 0.0, 1.0], margin[op])
         lo, mid, hi = np.exp(out)
         raw = mid
