@@ -141,6 +141,15 @@ def fill_specs(df: pd.DataFrame, device_column: str) -> pd.DataFrame:
     return pd.concat([rest, specs], axis=1)
 
 
+def at_least_as_fast(peak_tflops_fp32: np.ndarray, mem_bw_gbps: np.ndarray) -> np.ndarray:
+    """[i, j]: device i is at least as fast as device j by datasheet (FP32 peak and memory
+    bandwidth both no lower). The order the monotonicity guards of runtime and scaling use:
+    a device so placed is not predicted slower without a measurement saying so."""
+    flops = np.asarray(peak_tflops_fp32, dtype=float)
+    bw = np.asarray(mem_bw_gbps, dtype=float)
+    return (flops[:, None] >= flops[None, :]) & (bw[:, None] >= bw[None, :])
+
+
 def matrix_speedup(devices: pd.Series) -> pd.Series:
     """How much faster than `peak_tflops_fp32` each device runs FP32 GEMMs (1.0 where the
     device has no faster matrix units or is unknown)."""

@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 from sklearn.base import BaseEstimator, clone
 
-from perfcast.features.devices import fill_specs
+from perfcast.features.devices import at_least_as_fast, fill_specs
 from perfcast.features.graphs import (
     GraphArrays,
     node_arrays,
@@ -374,14 +374,11 @@ def _configuration(info: pd.DataFrame, with_batch: bool) -> pd.Series:
     return pd.Series(pd.factorize(pd.MultiIndex.from_frame(keys))[0], index=info.index)
 
 
-def _at_least_as_fast(info: pd.DataFrame) -> pd.Series:
-    """(device, device) -> whether the first's FP32 peak and memory bandwidth are both no
-    lower than the second's; one entry per pair of the frame's distinct devices."""
+def _device_order(info: pd.DataFrame) -> tuple[pd.Index, np.ndarray]:
+    """(the frame's distinct devices, [i, j]: device i at least as fast as j by the rows'
+    own specs)."""
     specs = info.groupby("device")[["peak_tflops_fp32", "mem_bw_gbps"]].first()
-    flops, bw = specs["peak_tflops_fp32"].to_numpy(), specs["mem_bw_gbps"].to_numpy()
-    table = (flops[:, None] >= flops[None, :]) & (bw[:, None] >= bw[None, :])
-    frame = pd.DataFrame(table, index=specs.index, columns=specs.index)
-    return frame.stack()
+    return specs.index, at_least_as_fast(specs["peak_tflops_fp32"], specs["mem_bw_gbps"])
 
 
 def _measured_slower_pairs(info: pd.DataFrame) -> list[tuple[str, str]]:
@@ -393,9 +390,11 @@ def _measured_slower_pairs(info: pd.DataFrame) -> list[tuple[str, str]]:
     latency = info.pivot_table(
         index="config", columns="device", values="e2e_latency_ms", aggfunc="median"
     )
+    devices, order = _device_order(info)
     pairs = []
-    for (a, b), faster in _at_least_as_fast(info).items():
-        if faster and a != b:
+    for i, j in zip(*np.nonzero(order), strict=True):
+        a, b = devices[i], devices[j]
+        if a != b:
             ratio = (latency[a] / latency[b]).dropna()
             if len(ratio) and ratio.median() > 1.0:
                 pairs.append((a, b))
@@ -412,16 +411,34 @@ def _monotonic(info: pd.DataFrame, mid: np.ndarray, slower: list[tuple[str, str]
     if not (graph.duplicated().any()):
         return mid
     # batch: the running maximum over increasing batch within (model, mode, seq, device)
-    order = info.assign(graph=graph).sort_values(["graph", "device", "batch_size"], kind="stable")
-    floored = order.groupby(["graph", "device"], sort=False)["mid"].cummax()
+    ranked = info.assign(graph=graph).sort_values(["graph", "device", "batch_size"], kind="stable")
+    floored = ranked.groupby(["graph", "device"], sort=False)["mid"].cummax()
     guarded = floored.reindex(info.index).to_numpy()
     # device: the minimum over the devices this one is at least as fast as, same batch;
     # repeated to a fixed point, as pairs measured otherwise leave the relation intransitive
-    faster = _at_least_as_fast(info)
-    faster = faster[faster & (faster.index.get_level_values(0) != faster.index.get_level_values(1))]
-    faster = faster.drop(index=[p for p in slower if p in faster.index])
-    if faster.empty:
+    devices, order = _device_order(info)
+    np.fill_diagonal(order, False)
+    where = {name: i for i, name in enumerate(devices)}
+    for a, b in slower:
+        if a in where and b in where:
+            order[where[a], where[b]] = False
+    faster = np.flatnonzero(order.any(axis=1))
+    if not faster.size:
         return guarded
+    cell = pd.factorize(_configuration(info, with_batch=True))[0]
+    device = devices.get_indexer(info["device"])
+    for _ in range(len(devices)):
+        table = np.full((cell.max() + 1, len(devices)), np.inf)
+        np.minimum.at(table, (cell, device), guarded)
+        lowered = guarded.copy()
+        for code in faster:
+            these = np.flatnonzero(device == code)
+            ceiling = table[cell[these]][:, order[code]].min(axis=1)
+            lowered[these] = np.fmin(guarded[these], ceiling)
+        if np.array_equal(lowered, guarded):
+            break
+        guarded = lowered
+    return guarded
     config = _configuration(info, with_batch=True).to_numpy()
     device = info["device"].to_numpy()
     for _ in range(len(set(device))):

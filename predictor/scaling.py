@@ -11,7 +11,12 @@ import pandas as pd
 from sklearn.base import clone
 
 from perfcast.datasets.contract import few_row_columns
-from perfcast.features.devices import INTERCONNECT_COLUMNS, interconnect_frame, spec_frame
+from perfcast.features.devices import (
+    INTERCONNECT_COLUMNS,
+    at_least_as_fast,
+    interconnect_frame,
+    spec_frame,
+)
 from perfcast.features.scaling import (
     ScalingFeatures,
     distinct_groups,
@@ -436,8 +441,7 @@ def _at_least_as_fast(gpu_names: pd.Index) -> np.ndarray:
     if len(gpu_names) < 2:
         return np.ones((len(gpu_names), len(gpu_names)), dtype=bool)
     specs = spec_frame(pd.Series(gpu_names))
-    flops, bw = specs["peak_tflops_fp32"].to_numpy(), specs["mem_bw_gbps"].to_numpy()
-    return (flops[:, None] >= flops[None, :]) & (bw[:, None] >= bw[None, :])
+    return at_least_as_fast(specs["peak_tflops_fp32"], specs["mem_bw_gbps"])
 
 
 def _type_codes(gpu_types: Sequence | pd.Series) -> tuple[np.ndarray, pd.Index]:
