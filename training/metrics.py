@@ -27,3 +27,18 @@ def regression_metrics(
         lo, hi = np.asarray(p10, dtype=float).ravel(), np.asarray(p90, dtype=float).ravel()
         out["interval_coverage"] = float(np.mean((y >= lo) & (y <= hi)))
     return out
+
+
+def narrowest_width(y: np.ndarray, pred: np.ndarray, coverage: float) -> float:
+    """The p90/p10 of the narrowest interval [pred * a, pred * b] (one a and b for every row)
+    that holds `coverage` of `y`: the width any calibration of these point predictions must
+    reach for that coverage, chosen knowing the answers. A calibrated interval wider than it
+    pays for not knowing them; a target narrower than it needs a better p50 (or one whose
+    errors some feature predicts), not a better calibration."""
+    y, pred = np.asarray(y, dtype=float).ravel(), np.asarray(pred, dtype=float).ravel()
+    ok = (y > 0) & (pred > 0)
+    if not 0 < coverage <= 1 or not ok.any():
+        raise ValueError(f"need coverage in (0, 1] and positive values; got {coverage}")
+    errors = np.sort(np.log(y[ok] / pred[ok]))
+    k = int(np.ceil(coverage * len(errors)))
+    return float(np.exp(np.min(errors[k - 1 :] - errors[: len(errors) - k + 1])))
