@@ -29,6 +29,7 @@ def test_no_interval_of_one_scale_covering_as_much_is_narrower(pairs, coverage, 
     if np.sum((errors >= np.log(lo)) & (errors <= np.log(hi))) >= k:
         assert hi / lo >= width * (1 - eps)
 
+
 def test_exact_predictions_need_no_width_and_bad_input_is_named():
     y = np.array([1.0, 2.0, 3.0])
     assert narrowest_width(y, y, 0.8) == 1.0
