@@ -113,6 +113,7 @@ class ScalingFeatures:
             )
             for config, part in sync.groupby("config", sort=False)
         }
+        self.growth_ = _fit_growth(ref, t1)
         self._fit_gradient_bytes(ref, t1)
         self.jobs_ = pd.Index(sorted(ref["job"].unique()))
         many = ref.loc[ref["num_gpus"] > 1, _KEY].drop_duplicates()
@@ -125,7 +126,7 @@ class ScalingFeatures:
         backward and link efficiency folded in), per (job, multi-node, GPU type); and, per
         multi-node, the median ratio of effective to nominal bytes (parameters x 4) over the
         jobs of known size, for jobs never measured on several GPUs."""
-        seconds_per_byte = ring_seconds_per_byte(ref)
+        seconds_per_byte = self.seconds_per_byte_of(ref)
         overhead = ref["step_time_s"].to_numpy(dtype=float) - t1
         ok = (seconds_per_byte > 0) & np.isfinite(overhead)
         table = pd.DataFrame(
@@ -165,7 +166,7 @@ class ScalingFeatures:
         """Synchronization time per step predicted from what moves (effective gradient bytes)
         over what it moves through (the rows' links); NaN without links or bytes, 0 on one
         GPU."""
-        seconds_per_byte = ring_seconds_per_byte(rows)
+        seconds_per_byte = self.seconds_per_byte_of(rows)
         multi = (rows["num_nodes"] > 1).to_numpy()
         nominal = nominal_gradient_bytes(rows)
         codes, first = distinct_groups([rows["job"], multi, rows["gpu_type"], nominal])
@@ -178,6 +179,26 @@ class ScalingFeatures:
         )
         moved = np.array([self._gradient_bytes(*key) for key in keys], dtype=float)[codes]
         return sync_seconds(moved, seconds_per_byte)
+
+    def seconds_per_byte(
+        self, intra: np.ndarray, inter: np.ndarray, nodes: np.ndarray, gpus: np.ndarray
+    ) -> np.ndarray:
+        """Seconds a step's synchronization spends per effective gradient byte: the ring
+        all-reduce's (`ring_time_per_byte`) grown by (gpus / 2) ** growth_ of the rows'
+        spread (`_fit_growth`); 0 on one GPU, NaN where the links are unknown."""
+        ring = ring_time_per_byte(intra, inter, nodes, gpus)
+        growth = np.where(np.asarray(nodes) > 1, self.growth_[True], self.growth_[False])
+        return ring * (np.fmax(np.asarray(gpus, dtype=float), 2.0) / 2.0) ** growth
+
+    def seconds_per_byte_of(self, rows: pd.DataFrame) -> np.ndarray:
+        """`seconds_per_byte` over the rows' links (`interconnect_frame`)."""
+        links = interconnect_frame(rows)
+        return self.seconds_per_byte(
+            links["intra_node_bw_gbps"].to_numpy(),
+            links["inter_node_bw_gbps"].to_numpy(),
+            rows["num_nodes"].to_numpy(),
+            rows["num_gpus"].to_numpy(dtype=float),
+        )
 
     def gradient_bytes(self, job: str, multi_node: bool, gpu: str, nominal: float) -> float:
         """One row's effective gradient bytes (what `comm_seconds` moves over its links)."""
@@ -389,23 +410,59 @@ def nominal_gradient_bytes(rows: pd.DataFrame) -> np.ndarray:
     return params.to_numpy(dtype=float) * 1e6 * BYTES_PER_PARAM
 
 
-def ring_seconds_per_byte(rows: pd.DataFrame) -> np.ndarray:
-    """Seconds a ring all-reduce spends per gradient byte: 2 (n - 1) / n bytes cross the
-    slowest link of the ring, the intra-node link on one node, the network (or the intra-node
-    link, if slower) across nodes; 0 on one GPU, NaN where the links are unknown."""
-    links = interconnect_frame(rows)
-    return ring_time_per_byte(
+def _fit_growth(ref: pd.DataFrame, t1: np.ndarray) -> dict[bool, float]:
+    """How a step's synchronization grows with its GPU count beyond what a ring moves, per
+    spread (False: one node, True: across nodes): seconds per byte ~ ring * (gpus / 2) **
+    growth. A ring's bytes per GPU barely grow past 4 GPUs (2 (n - 1) / n), but measured
+    overheads keep growing: latency terms and stragglers grow with the GPUs a step waits for,
+    and the GPUs of one node share its PCIe root (Pollux models synchronization as linear in
+    the GPU count). Fitted on the rows' own measurements: for each (cluster, GPU type, job,
+    batch, spread) measured at GPU counts at least 2x apart, the slope of log(overhead / ring
+    seconds per byte) over log(gpus); the median slope per spread, within [0, 1]; where a
+    spread has none, the other's, else 0 (the ring alone)."""
+    links = interconnect_frame(ref)
+    ring = ring_time_per_byte(
         links["intra_node_bw_gbps"].to_numpy(),
         links["inter_node_bw_gbps"].to_numpy(),
-        rows["num_nodes"].to_numpy(),
-        rows["num_gpus"].to_numpy(dtype=float),
+        ref["num_nodes"].to_numpy(),
+        ref["num_gpus"].to_numpy(dtype=float),
     )
+    overhead = ref["step_time_s"].to_numpy(dtype=float) - t1
+    ok = (ring > 0) & (overhead > 0)
+    cluster = ref["cluster"] if "cluster" in ref.columns else pd.Series("", index=ref.index)
+    table = pd.DataFrame(
+        {
+            "cluster": cluster.fillna("").astype(str).to_numpy()[ok],
+            "gpu_type": ref["gpu_type"].astype(str).to_numpy()[ok],
+            "job": ref["job"].astype(str).to_numpy()[ok],
+            "bsz": ref["local_batch_size"].to_numpy(dtype=float)[ok],
+            "spread": (ref["num_nodes"].to_numpy() > 1)[ok],
+            "gpus": ref["num_gpus"].to_numpy(dtype=float)[ok],
+            "log_bytes": np.log(overhead[ok] / ring[ok]),
+        }
+    )
+    keys = ["cluster", "gpu_type", "job", "bsz", "spread"]
+    by_gpus = table.groupby([*keys, "gpus"])["log_bytes"].median().reset_index()
+    slopes: dict[bool, list[float]] = {False: [], True: []}
+    for key, part in by_gpus.groupby(keys, sort=False):
+        log_gpus = np.log(part["gpus"].to_numpy())
+        if len(log_gpus) >= 2 and log_gpus.max() - log_gpus.min() >= np.log(2.0):
+            slope = np.polyfit(log_gpus, part["log_bytes"].to_numpy(), 1)[0]
+            slopes[bool(key[-1])].append(float(slope))
+    growth = {s: float(np.clip(np.median(v), 0.0, 1.0)) if v else np.nan for s, v in slopes.items()}
+    for spread in (False, True):
+        if np.isnan(growth[spread]):
+            other = growth[not spread]
+            growth[spread] = 0.0 if np.isnan(other) else other
+    return growth
 
 
 def ring_time_per_byte(
     intra: np.ndarray, inter: np.ndarray, nodes: np.ndarray, gpus: np.ndarray
 ) -> np.ndarray:
-    """`ring_seconds_per_byte` from the links' GB/s and the rows' nodes and GPUs."""
+    """Seconds a ring all-reduce spends per gradient byte: 2 (n - 1) / n bytes cross the
+    slowest link of the ring (`ring_link_gbps`, from the links' GB/s); 0 on one GPU, NaN where
+    the links are unknown."""
     link = ring_link_gbps(intra, inter, nodes) * 1e9
     return np.where(gpus > 1, 2 * (gpus - 1) / gpus / link, 0.0)
 

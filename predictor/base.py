@@ -22,6 +22,7 @@ from perfcast.errors import ContractError
 # The shape of the predictors' learned state. Bump it whenever a change to a predictor or its
 # features would make a model saved by an earlier perfcast unreadable or wrong: champions saved
 # in another format are not loaded (training/model_store.py), and the next training replaces them.
+# 15: scaling's synchronization grows with the GPU count (ScalingFeatures.growth_);
 # 14: runtime answers a new model with its op model, flags rows and guards monotonicity,
 # scaling calibrates a new job's blend on held-out jobs;
 # 13: the graph networks' epochs are chosen on held-out devices (ConformalQuantiles choices);
@@ -30,7 +31,7 @@ from perfcast.errors import ContractError
 # links' overhead; 9: scaling knows its slowest
 # training links; 8: scaling learns a new-cluster blend;
 # 7: interference, duration, runtime
-MODEL_FORMAT = 14
+MODEL_FORMAT = 15
 
 # What a model knows of a prediction row: `predict_interval` frames carry a string column
 # `flags`, comma-separated tokens from this vocabulary in this order ("" when none), and the

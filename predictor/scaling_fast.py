@@ -37,7 +37,6 @@ from perfcast.features.scaling import (
     distinct_groups,
     most_on_one_node,
     ring_link_gbps,
-    ring_time_per_byte,
     sync_seconds,
 )
 from perfcast.predictor.regressors import QuantileGBM
@@ -145,7 +144,7 @@ def few_row_design(
     links = row_links(table)
     num_nodes = np.asarray(nodes)
     num_gpus = np.asarray(gpus, dtype=float)
-    seconds_per_byte = ring_time_per_byte(links[:, 0], links[:, 1], num_nodes, num_gpus)
+    seconds_per_byte = features.seconds_per_byte(links[:, 0], links[:, 1], num_nodes, num_gpus)
 
     params = np.array([MODEL_PARAMS_M.get(job, np.nan) for job in jobs], dtype=float)
     own_params = own_numbers(table, "params_m")
@@ -678,7 +677,7 @@ def many_row_design(
     # communication: gradient bytes per (job, multi-node, GPU type, nominal bytes)
     intra, inter = many.links(many.stated_links())
     gpus_float = gpus.astype(float)  # (read twice)
-    seconds_per_byte = ring_time_per_byte(intra, inter, nodes, gpus_float)
+    seconds_per_byte = features.seconds_per_byte(intra, inter, nodes, gpus_float)
     params = np.array([MODEL_PARAMS_M.get(job, np.nan) for job in jobs], dtype=float)
     own_params = _number_column(rows, "params_m")
     if own_params is None:  # each job's nominal bytes: the job's code is theirs
