@@ -184,21 +184,18 @@ class ScalingFeatures:
         self, intra: np.ndarray, inter: np.ndarray, nodes: np.ndarray, gpus: np.ndarray
     ) -> np.ndarray:
         """Seconds a step's synchronization spends per effective gradient byte: the ring
-        all-reduce's (`ring_time_per_byte`) grown by (gpus / 2) ** growth_ of the rows'
-        spread (`_fit_growth`); 0 on one GPU, NaN where the links are unknown."""
-        ring = ring_time_per_byte(intra, inter, nodes, gpus)
-        growth = np.where(np.asarray(nodes) > 1, self.growth_[True], self.growth_[False])
-        return ring * (np.fmax(np.asarray(gpus, dtype=float), 2.0) / 2.0) ** growth
+        all-reduce's (`ring_time_per_byte`) grown with the GPU count (`_grown`); 0 on one
+        GPU, NaN where the links are unknown."""
+        return self._grown(ring_time_per_byte(intra, inter, nodes, gpus), nodes, gpus)
 
     def seconds_per_byte_of(self, rows: pd.DataFrame) -> np.ndarray:
-        """`seconds_per_byte` over the rows' links (`interconnect_frame`)."""
-        links = interconnect_frame(rows)
-        return self.seconds_per_byte(
-            links["intra_node_bw_gbps"].to_numpy(),
-            links["inter_node_bw_gbps"].to_numpy(),
-            rows["num_nodes"].to_numpy(),
-            rows["num_gpus"].to_numpy(dtype=float),
-        )
+        """`seconds_per_byte` over the rows' links (`ring_seconds_per_byte`)."""
+        return self._grown(ring_seconds_per_byte(rows), rows["num_nodes"], rows["num_gpus"])
+
+    def _grown(self, ring: np.ndarray, nodes, gpus) -> np.ndarray:
+        """`ring` times (gpus / 2) ** growth_ of each row's spread (`_fit_growth`)."""
+        growth = np.where(np.asarray(nodes) > 1, self.growth_[True], self.growth_[False])
+        return ring * (np.fmax(np.asarray(gpus, dtype=float), 2.0) / 2.0) ** growth
 
     def gradient_bytes(self, job: str, multi_node: bool, gpu: str, nominal: float) -> float:
         """One row's effective gradient bytes (what `comm_seconds` moves over its links)."""
@@ -420,13 +417,7 @@ def _fit_growth(ref: pd.DataFrame, t1: np.ndarray) -> dict[bool, float]:
     batch, spread) measured at GPU counts at least 2x apart, the slope of log(overhead / ring
     seconds per byte) over log(gpus); the median slope per spread, within [0, 1]; where a
     spread has none, the other's, else 0 (the ring alone)."""
-    links = interconnect_frame(ref)
-    ring = ring_time_per_byte(
-        links["intra_node_bw_gbps"].to_numpy(),
-        links["inter_node_bw_gbps"].to_numpy(),
-        ref["num_nodes"].to_numpy(),
-        ref["num_gpus"].to_numpy(dtype=float),
-    )
+    ring = ring_seconds_per_byte(ref)
     overhead = ref["step_time_s"].to_numpy(dtype=float) - t1
     ok = (ring > 0) & (overhead > 0)
     cluster = ref["cluster"] if "cluster" in ref.columns else pd.Series("", index=ref.index)
@@ -455,6 +446,17 @@ def _fit_growth(ref: pd.DataFrame, t1: np.ndarray) -> dict[bool, float]:
             other = growth[not spread]
             growth[spread] = 0.0 if np.isnan(other) else other
     return growth
+
+
+def ring_seconds_per_byte(rows: pd.DataFrame) -> np.ndarray:
+    """`ring_time_per_byte` over the rows' links (`interconnect_frame`)."""
+    links = interconnect_frame(rows)
+    return ring_time_per_byte(
+        links["intra_node_bw_gbps"].to_numpy(),
+        links["inter_node_bw_gbps"].to_numpy(),
+        rows["num_nodes"].to_numpy(),
+        rows["num_gpus"].to_numpy(dtype=float),
+    )
 
 
 def ring_time_per_byte(

@@ -425,7 +425,7 @@ def _monotonic(info: pd.DataFrame, mid: np.ndarray, slower: list[tuple[str, str]
     faster = np.flatnonzero(order.any(axis=1))
     if not faster.size:
         return guarded
-    cell = pd.factorize(_configuration(info, with_batch=True))[0]
+    cell = _configuration(info, with_batch=True).to_numpy()
     device = devices.get_indexer(info["device"])
     for _ in range(len(devices)):
         table = np.full((cell.max() + 1, len(devices)), np.inf)
@@ -435,20 +435,6 @@ def _monotonic(info: pd.DataFrame, mid: np.ndarray, slower: list[tuple[str, str]
             these = np.flatnonzero(device == code)
             ceiling = table[cell[these]][:, order[code]].min(axis=1)
             lowered[these] = np.fmin(guarded[these], ceiling)
-        if np.array_equal(lowered, guarded):
-            break
-        guarded = lowered
-    return guarded
-    config = _configuration(info, with_batch=True).to_numpy()
-    device = info["device"].to_numpy()
-    for _ in range(len(set(device))):
-        cell = pd.Series(guarded).groupby([config, device]).min()
-        ceiling = np.full(len(guarded), np.inf)
-        for a, b in faster.index:
-            rows = np.flatnonzero(device == a)
-            below = cell.reindex(pd.MultiIndex.from_arrays([config[rows], [b] * len(rows)]))
-            ceiling[rows] = np.fmin(ceiling[rows], below.to_numpy())
-        lowered = np.fmin(guarded, ceiling)
         if np.array_equal(lowered, guarded):
             break
         guarded = lowered
