@@ -24,9 +24,9 @@ from benchmarks.report import write_section
 from perfcast import datasets
 from perfcast.datasets.splits import folds
 from perfcast.features.graphs import op_table, sample_table, samples
-from perfcast.features.scaling import ScalingFeatures, gpus_per_node_of
 from perfcast.predictor import make_predictor
 from perfcast.predictor.runtime import OpLatencyModel
+from perfcast.predictor.scaling import one_gpu_seconds
 from perfcast.training.evaluation import truth_and_predictions
 from perfcast.training.metrics import narrowest_width, regression_metrics
 
@@ -135,16 +135,10 @@ def baselines(task: str, train: pd.DataFrame, test: pd.DataFrame) -> dict[str, n
     """Baseline predictions aligned with `truth_and_predictions` order."""
     if task == "scaling":
         mean = np.full(len(test), train["step_time_s"].mean())
-        feats = ScalingFeatures().fit(train)
-        found = feats.lookups(test.assign(gpus_per_node=gpus_per_node_of(test)))
-        t1 = found["t1"].to_numpy(dtype=float)
-        linear = np.where(np.isfinite(t1), t1, mean)
-        # compute plus the synchronization overhead measured on other GPU types, as is
-        transfer = linear + np.nan_to_num(np.clip(found["cross"].to_numpy(dtype=float), 0, None))
+        t1 = one_gpu_seconds(train, test)
         return {
             "train mean": mean,
-            "linear scaling from 1 GPU": linear,
-            "1-GPU time + other GPUs' overhead": transfer,
+            "linear scaling from 1 GPU": np.where(np.isfinite(t1), t1, mean),
         }
     if task == "interference":
         speeds = np.concatenate([train["a_speed"], train["b_speed"]])

@@ -22,6 +22,7 @@ from perfcast.errors import ContractError
 # The shape of the predictors' learned state. Bump it whenever a change to a predictor or its
 # features would make a model saved by an earlier perfcast unreadable or wrong: champions saved
 # in another format are not loaded (training/model_store.py), and the next training replaces them.
+# 16: scaling is one physical throughput model (predictor.throughput) with learned priors;
 # 15: scaling's synchronization grows with the GPU count (ScalingFeatures.growth_);
 # 14: runtime answers a new model with its op model, flags rows and guards monotonicity,
 # scaling calibrates a new job's blend on held-out jobs;
@@ -31,7 +32,7 @@ from perfcast.errors import ContractError
 # links' overhead; 9: scaling knows its slowest
 # training links; 8: scaling learns a new-cluster blend;
 # 7: interference, duration, runtime
-MODEL_FORMAT = 15
+MODEL_FORMAT = 16
 
 # What a model knows of a prediction row: `predict_interval` frames carry a string column
 # `flags`, comma-separated tokens from this vocabulary in this order ("" when none), and the
@@ -40,16 +41,12 @@ FLAGS: dict[str, str] = {
     # scaling
     "new_job": "the job was never seen in training",
     "new_gpu_type": "the GPU type was never seen in training",
-    "unmeasured_config": "this job's scaling was never measured on several GPUs of this type",
-    "extrapolated_gpus": "more GPUs than any training row of this job (or of any job) used",
+    "unmeasured_config": "this job's synchronization was never measured on this cluster (or "
+    "with this spread over nodes): its gradient bytes come from other clusters or the prior",
+    "extrapolated_gpus": "more GPUs than any training row of this job used",
     "extrapolated_batch": "a local batch outside the range measured for this job and GPU type",
-    "no_interconnect_facts": "no link bandwidths for this GPU type: the step time is the "
-    "one-GPU time (perfect scaling) with a wide interval",
-    "slower_links": "links assumed from the interconnect table (not stated on the row) and "
-    "slower than those of every multi-GPU training row on one node (or across nodes, as this "
-    "row): the communication model is not extrapolated there, the step time is predicted at "
-    "the slowest links it was checked on (a lower bound), never below the one-GPU time, with a "
-    "wide interval",
+    "no_interconnect_facts": "no link bandwidths for this GPU type and none on the row: PCIe "
+    "gen3 and 10 Gbit/s Ethernet are assumed, the slowest links of the table",
     "monotonic_guard": "moved to the time predicted for a slower GPU (lowered to it) or a "
     "smaller batch (raised to it) of the same job and configuration in the same request",
     # interference

@@ -1,75 +1,128 @@
-"""Step time of a job for a placement, batch size and GPU type (task `scaling`)."""
+"""Step time of a job for a placement, batch size and GPU type (task `scaling`).
+
+Every answer is `predictor.throughput`'s physical form evaluated at the row's own parameters,
+so the laws of data parallelism hold row by row, alone or in any request (see that module).
+The parameters come from measurements where they exist and from learned priors where they do
+not:
+- compute, T_c(b) on a GPU type: the job's one-GPU step times on that type (a monotone curve
+  in the local batch through their medians); on a type it was not measured on, its curves on
+  the types it was, scaled by a datasheet speed index (FP32 peak and memory bandwidth, with
+  exponents fitted on the jobs measured on several types) and kept between the types that are
+  at least as fast and at most as fast by datasheet (`_ordered`); for a job never measured,
+  a prior per-sample time from its features (`family`'s regressor) over the speed index;
+- synchronization, B: the job's effective gradient bytes fitted on its multi-GPU step times at
+  its place (cluster, GPU type) and spread (one node or several); elsewhere the median over
+  the places it was measured; for a job never measured at scale, the prior regressor's answer
+  from its features (parameter bytes, compute per sample);
+- the law (overlap gamma, latency and growth per spread): chosen on every job's rows at once.
+
+Intervals: p50 times the spread of log errors seen on held-out data of the same kind (each
+training cluster's multi-GPU rows predicted without them, each job's compute on a GPU type
+it was not measured on, each job's compute from the prior), so p10 < p50 < p90 on every row.
+`observe(rows)` adds measured step times: the next answer for that job uses them.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass
 from typing import Self
 
 import numpy as np
 import pandas as pd
-from sklearn.base import clone
+from sklearn.isotonic import IsotonicRegression
 
-from perfcast.datasets.contract import few_row_columns
-from perfcast.features.devices import (
-    INTERCONNECT_COLUMNS,
-    at_least_as_fast,
-    interconnect_frame,
-    spec_frame,
-)
-from perfcast.features.scaling import (
-    ScalingFeatures,
-    distinct_groups,
-    gpus_per_node_of,
-    ring_link_gbps,
-)
-from perfcast.predictor.base import (
-    TaskPredictor,
-    flags_categorical,
-    flags_column,
-    interval_columns,
-)
-from perfcast.predictor.regressors import ConformalQuantiles, QuantileGBM, make_regressor
-from perfcast.predictor.scaling_calibration import (
-    HeldOutCluster,
-    NewClusterBlend,
-    calibrate_by_spread,
-)
-from perfcast.predictor.scaling_fast import (
-    FEW_ROWS,
-    FewRowFeatures,
-    ManyRows,
-    Table,
-    few_row_design,
-    few_row_flags,
-    frame_table,
-    gpus_per_node,
-    integer_codes,
-    many_row_design,
-    many_row_flags,
-    radix_groups,
-    row_links,
+from perfcast.datasets.contract import few_row_columns, validate
+from perfcast.features.devices import DEVICES, canonical_device, interconnect_of
+from perfcast.features.scaling import nominal_gradient_bytes
+from perfcast.predictor.base import TaskPredictor, flags_categorical, flags_column, interval_columns
+from perfcast.predictor.regressors import make_regressor
+from perfcast.predictor.throughput import (
+    ETHERNET_10G_GBPS,
+    GAMMAS,
+    GROWTHS,
+    LATENCIES_S,
+    PCIE3_GBPS,
+    SyncLaw,
+    fit_bytes,
 )
 
-# p90/p50 and p50/p10 at least this on rows of a job or GPU type never seen: nothing measured
-# calibrates them, and a narrow interval there would claim knowledge the model lacks
-UNSEEN_SPREAD = 2.0
-_CONFIG = ["job", "num_gpus", "num_nodes", "gpus_per_node"]
-JOB_FOLDS = 5  # groups of jobs held out to calibrate a new job's blend on a known cluster
+FEW_ROWS = 32  # up to this many records are read without a DataFrame
+MIN_SPREAD = 0.03  # the narrowest half-width of an interval in log terms (3%)
+PRIOR_FEATURES = ["spread", "log_nominal_bytes", "log_per_sample_ref", "log_fixed_ref"]
+
+
+@dataclass(frozen=True)
+class Rows:
+    """The columns the model reads, as arrays (from a frame or a few records alike)."""
+
+    job: np.ndarray  # object
+    gpu: np.ndarray  # object, canonical device names
+    cluster: np.ndarray  # object, "" where none
+    gpus: np.ndarray
+    nodes: np.ndarray
+    batch: np.ndarray
+    intra: np.ndarray  # GB/s, NaN where unknown
+    inter: np.ndarray
+    params_m: np.ndarray  # NaN where not given
+
+    @classmethod
+    def of(cls, rows: pd.DataFrame | Mapping[str, list]) -> Rows:
+        n = len(rows["job"])
+
+        def text(name: str, default: str = "") -> np.ndarray:
+            if name not in rows:
+                return np.full(n, default, dtype=object)
+            values = rows[name]
+            if isinstance(values, pd.Series):
+                codes, uniques = pd.factorize(values, use_na_sentinel=True)
+                names = np.array([str(u) for u in uniques] + [default], dtype=object)
+                return names[codes]
+            return np.array([default if v is None or v != v else str(v) for v in values], object)
+
+        def number(name: str) -> np.ndarray:
+            if name not in rows:
+                return np.full(n, np.nan)
+            values = rows[name]
+            if isinstance(values, pd.Series):
+                return pd.to_numeric(values, errors="coerce").to_numpy(dtype=float)
+            return np.array([np.nan if v is None else v for v in values], dtype=float)
+
+        gpu = text("gpu_type")
+        canonical = {g: canonical_device(g) for g in set(gpu.tolist())}
+        gpu = np.array([canonical[g] for g in gpu], dtype=object)
+        cluster = text("cluster")
+        intra, inter = number("intra_node_bw_gbps"), number("inter_node_bw_gbps")
+        pairs = list(zip(gpu.tolist(), cluster.tolist(), strict=True))
+        facts = {key: interconnect_of(*key) for key in set(pairs)}
+        table = np.array([facts[key] for key in pairs], dtype=float)
+        table = table.reshape(-1, 2)
+        intra = np.where(intra > 0, intra, table[:, 0])
+        inter = np.where(inter > 0, inter, table[:, 1])
+        return cls(
+            job=text("job"),
+            gpu=gpu,
+            cluster=cluster,
+            gpus=number("num_gpus"),
+            nodes=number("num_nodes"),
+            batch=number("local_batch_size"),
+            intra=intra,
+            inter=inter,
+            params_m=number("params_m"),
+        )
+
+    def nominal_bytes(self) -> np.ndarray:
+        return nominal_gradient_bytes(self.job, self.params_m)
 
 
 class ScalingPredictor(TaskPredictor):
-    """Predicts log(step / physical base) where a base exists (see features.scaling), and
-    log(step) directly where it does not. `model` picks the regressor family (gbm or fcn).
-    Rows whose scaling was never measured on their GPU type (a new cluster's) take the blend
-    of perfect scaling, physics and that correction calibrated on held-out training clusters
-    (`scaling_calibration`), with its interval; a new job on a cluster's GPU type where other
-    jobs' scaling was measured takes a blend calibrated the same way on held-out jobs (with the
-    new-cluster one, its interval covered 67% of such rows: new job split, gbm; now 86%)."""
+    """The physical throughput model with measured parameters and learned priors; `model`
+    (gbm or fcn) is the family of the prior regressors."""
 
     task = "scaling"
     kind = "scaling"
     targets = ("step_time_s",)
+    rows_independent = True
 
     def __init__(self, model: str = "gbm", random_state: int = 0) -> None:
         self.model = model
@@ -79,568 +132,565 @@ class ScalingPredictor(TaskPredictor):
     def family(self) -> str:  # type: ignore[override]
         return self.model
 
+    # -- fitting ----------------------------------------------------------------------------
+
     def _fit(self, rows: pd.DataFrame) -> Self:
-        self.features_ = ScalingFeatures().fit(rows)
-        X, log_base, log_y = _design(self.features_, rows)
-        has_base = np.isfinite(log_base)
-        self.ratio_model_ = None
-        self.new_cluster_blends_: dict[bool, NewClusterBlend] | None = None
-        self.new_job_blends_: dict[bool, NewClusterBlend] | None = None
-        self.charted_places_: frozenset[tuple[str, str]] = frozenset()
-        if has_base.sum() >= 8:
-            self.ratio_model_ = make_regressor(self.model, random_state=self.random_state)
-            self.ratio_model_.fit(_unlinked(X[has_base]), log_y[has_base] - log_base[has_base])
-            folds = self._held_out(rows, _cluster_groups(rows))
-            self.new_cluster_blends_ = calibrate_by_spread(folds) if folds else None
-            # a new job on a cluster's GPU type whose scaling other jobs measured: the model's
-            # correction there was learned on the same links, so a blend of its own, from
-            # held-out jobs
-            places, keys = _places(rows)
-            multi = np.unique(places[(rows["num_gpus"] > 1).to_numpy()])
-            self.charted_places_ = frozenset(keys[code] for code in multi)
-            folds = self._held_out(rows, self._job_chunks(rows), known=places)
-            self.new_job_blends_ = calibrate_by_spread(folds) if folds else None
-        self.direct_model_ = make_regressor(self.model, random_state=self.random_state)
-        self.direct_model_.fit(X, log_y)
-        self._fit_coverage(rows)
+        self.rows_ = rows.reset_index(drop=True)
+        self.prior_, self.prior_fallback_ = None, float(np.log(1e8))
+        one = Rows.of(self.rows_)
+        self._fit_compute(self.rows_, one)
+        self.speed_exponents_ = _speed_exponents(self.curves_)
+        self.law_ = self._choose_law(one)
+        self._fit_bytes(one)
+        self._fit_priors()
+        self._calibrate(one)
         self.fitted_ = True
         return self
 
-    def _fit_coverage(self, rows: pd.DataFrame) -> None:
-        """What the training rows cover, for the flags: GPU types, measured configurations
-        (job, GPU, GPUs, nodes, GPUs per node, batch), each job's largest GPU count, each
-        (job, GPU type)'s batch range, and the slowest ring link of the multi-GPU rows on one
-        node and across nodes."""
-        rows = rows.assign(gpus_per_node=gpus_per_node_of(rows))
-        self.gpu_types_ = frozenset(rows["gpu_type"])
-        measured = rows[[*_CONFIG, "gpu_type", "local_batch_size"]].drop_duplicates()
-        self.measured_ = frozenset(measured.itertuples(index=False, name=None))
-        self.max_gpus_ = rows.groupby("job")["num_gpus"].max().to_dict()
-        self.max_gpus_any_ = int(rows["num_gpus"].max())
-        batches = rows.groupby(["job", "gpu_type"])["local_batch_size"].agg(["min", "max"])
-        self.batch_range_ = {key: (lo, hi) for key, lo, hi in batches.itertuples(name=None)}
-        link, spread = _ring_link(rows), (rows["num_nodes"] > 1).to_numpy()
-        multi = (rows["num_gpus"] > 1).to_numpy() & np.isfinite(link)
-        self.slowest_link_gbps_ = {
-            s: float(link[multi & (spread == s)].min()) if (multi & (spread == s)).any() else np.nan
-            for s in (False, True)
-        }
+    def observe(self, rows: pd.DataFrame) -> Self:
+        """Add measured step times (contract rows) and refit the measured parameters (the
+        jobs' compute curves and gradient bytes) under the same law and priors: the next
+        answer for these jobs on these GPU types and places uses them."""
+        self._require_fitted()
+        rows = validate(rows, self.kind, source="observed scaling rows")
+        self.rows_ = pd.concat([self.rows_, rows], ignore_index=True)
+        one = Rows.of(self.rows_)
+        self._fit_compute(self.rows_, one)
+        self._fit_bytes(one)
+        return self
 
-    def _job_chunks(self, rows: pd.DataFrame) -> np.ndarray:
-        """Each row's group of jobs: the jobs shuffled into JOB_FOLDS groups."""
-        jobs = rows["job"].astype(str).to_numpy()
-        unique = np.random.default_rng(self.random_state).permutation(np.unique(jobs))
-        chunk = {job: i % JOB_FOLDS for i, job in enumerate(unique)}
-        return np.array([f"jobs-{chunk[job]}" for job in jobs])
+    def _fit_compute(self, rows: pd.DataFrame, arrays: Rows) -> None:
+        """Each measured (job, GPU type)'s compute curve from its one-GPU rows."""
+        single = arrays.gpus == 1
+        table = pd.DataFrame(
+            {
+                "job": arrays.job[single],
+                "gpu": arrays.gpu[single],
+                "batch": arrays.batch[single],
+                "step": rows["step_time_s"].to_numpy(dtype=float)[single],
+            }
+        )
+        medians = table.groupby(["job", "gpu", "batch"], sort=True)["step"].median()
+        shares = []
+        knots: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = {}
+        for (job, gpu), part in medians.groupby(level=[0, 1], sort=False):
+            batch = part.index.get_level_values(2).to_numpy(dtype=float)
+            step = IsotonicRegression().fit_transform(batch, part.to_numpy(dtype=float))
+            knots[(job, gpu)] = (batch, step)
+            if len(batch) >= 2:  # the fixed share of a step at its smallest batch
+                slope = (step[-1] - step[0]) / (batch[-1] - batch[0])
+                shares.append(np.clip((step[0] - slope * batch[0]) / step[0], 0.0, 1.0))
+        self.fixed_share_ = float(np.median(shares)) if shares else 0.5
+        self.curves_ = {key: _Curve(b, s, self.fixed_share_) for key, (b, s) in knots.items()}
+        self.job_gpus_: dict[str, list[str]] = {}
+        for job, gpu in self.curves_:
+            self.job_gpus_.setdefault(job, []).append(gpu)
+        multi = arrays.gpus > 1
+        self.max_gpus_ = pd.Series(arrays.gpus).groupby(arrays.job).max().to_dict()
+        self.measured_places_ = set(
+            zip(arrays.job[multi], arrays.cluster[multi], arrays.gpu[multi],
+                arrays.nodes[multi] > 1, strict=True)
+        )  # fmt: skip
 
-    def _held_out(
-        self, rows: pd.DataFrame, groups: np.ndarray, known: np.ndarray | None = None
-    ) -> list[HeldOutCluster]:
-        """The calibration folds of `scaling_calibration`, for the rows a new cluster, GPU or
-        job presents (`ScalingFeatures.uncharted`): each group's multi-GPU rows held out in
-        turn, their one-GPU rows kept, and predicted by an uncalibrated correction model
-        fitted without them. `known` (each row's `_places` code): only held-out rows whose place
-        kept other multi-GPU rows in training, as a new job on a known cluster's GPU type."""
-        multi = (rows["num_gpus"] > 1).to_numpy()
-        folds = []
-        for group in pd.unique(groups):
-            held = multi & (groups == group)
-            if not held.any() or held.all():
+    def _speed(self, gpu: str) -> float:
+        """log speed index of a GPU type: kf log FP32 peak + kb log memory bandwidth (the
+        slowest datasheet's where the type has none)."""
+        spec = DEVICES.get(gpu)
+        kf, kb = self.speed_exponents_
+        if spec is None:
+            return min(self._speed(g) for g in DEVICES)
+        return kf * np.log(spec.peak_tflops_fp32) + kb * np.log(spec.mem_bw_gbps)
+
+    def compute_seconds(self, job: str, gpu: str, batch: np.ndarray) -> tuple[np.ndarray, int]:
+        """(T_c of `job` on `gpu` at each batch, its source: 0 measured on this type, 1 scaled
+        from other types, 2 the prior)."""
+        batch = np.asarray(batch, dtype=float)
+        gpus = self.job_gpus_.get(job)
+        if not gpus:
+            per_sample, fixed = self.compute_prior_
+            scale = np.exp(-self._speed(gpu))
+            return (fixed + per_sample * batch) * scale, 2
+        if gpu in gpus:
+            return self.curves_[(job, gpu)](batch), 0
+        return self._ordered(job, gpu, gpus, batch), 1
+
+    def _ordered(self, job: str, gpu: str, gpus: list[str], batch: np.ndarray) -> np.ndarray:
+        """T_c on an unmeasured type: the geometric mean of the measured types' curves scaled
+        by speed, then clipped between the measured types at least as fast (a lower bound)
+        and at most as fast (an upper bound), so no datasheet order is broken."""
+        speed = self._speed(gpu)
+        logs = [np.log(self.curves_[(job, g)](batch)) + self._speed(g) - speed for g in gpus]
+        estimate = np.exp(np.mean(logs, axis=0))
+        spec = DEVICES.get(gpu)
+        if spec is None:
+            return estimate
+        lower, upper = np.zeros_like(batch), np.full_like(batch, np.inf)
+        for g in gpus:
+            other = DEVICES.get(g)
+            if other is None:
                 continue
-            train, test = rows[~held], rows[held]
-            features = ScalingFeatures().fit(train)
-            X, log_base, log_y = _design(features, train)
-            fit = np.isfinite(log_base)
-            if fit.sum() < 8:
+            curve = self.curves_[(job, g)](batch)
+            if _at_least_as_fast(other, spec):
+                lower = np.fmax(lower, curve)
+            if _at_least_as_fast(spec, other):
+                upper = np.fmin(upper, curve)
+        return np.fmin(np.fmax(estimate, lower), upper)
+
+    def measured_against_datasheet(self, job: str, batch: float) -> bool:
+        """Whether `job` was measured slower on a GPU type than on one it is at least as fast
+        as by datasheet, at this batch: measurements beat the datasheet order, and a type
+        between two such types cannot be ordered against both."""
+        gpus = [g for g in self.job_gpus_.get(job, ()) if g in DEVICES]
+        at = np.array([float(batch)])
+        times = {g: self.curves_[(job, g)](at)[0] for g in gpus}
+        return any(
+            _at_least_as_fast(DEVICES[a], DEVICES[b]) and times[a] > times[b]
+            for a in gpus
+            for b in gpus
+            if a != b
+        )
+
+    def _multi_table(self, arrays: Rows, steps: np.ndarray) -> pd.DataFrame:
+        """The multi-GPU rows with known links, their compute time and sync per byte."""
+        multi = (arrays.gpus > 1) & np.isfinite(arrays.intra) & np.isfinite(arrays.inter)
+        idx = np.flatnonzero(multi)
+        compute = np.empty(len(idx))
+        frame = pd.DataFrame({"job": arrays.job[idx], "gpu": arrays.gpu[idx]})
+        for (job, gpu), where in frame.groupby(["job", "gpu"], sort=False).indices.items():
+            compute[where] = self.compute_seconds(job, gpu, arrays.batch[idx[where]])[0]
+        spread = (arrays.nodes[idx] > 1).astype(int)
+        return pd.DataFrame(
+            {
+                "job": arrays.job[idx],
+                "cluster": arrays.cluster[idx],
+                "gpu": arrays.gpu[idx],
+                "spread": spread,
+                "gpus": arrays.gpus[idx],
+                "intra": arrays.intra[idx],
+                "slowest": np.fmin(arrays.intra[idx], arrays.inter[idx]),
+                "compute": compute,
+                "log_step": np.log(steps[idx]),
+            }
+        )
+
+    def _choose_law(self, arrays: Rows) -> SyncLaw:
+        """The law (gamma, latency and growth per spread) whose fitted bytes explain the
+        multi-GPU rows best: one node first (gamma, its latency and growth), then across
+        nodes with gamma kept."""
+        table = self._multi_table(arrays, self.rows_["step_time_s"].to_numpy(dtype=float))
+        best = SyncLaw()
+        for spread in (0, 1):
+            part = table[table["spread"] == spread]
+            if part.empty:
                 continue
-            X_test, base_test = features.transform(test, new_gpu=known is None)
-            usable = np.isfinite(base_test) & features.uncharted(test)
-            if known is not None:
-                usable &= np.isin(known[held], known[multi & ~held])
-            if not usable.any():
+            groups = part.groupby(["job", "cluster"], sort=False).ngroup().to_numpy()
+            floor = self._floor(part, best) if spread else None
+            scores = {}
+            for gamma in GAMMAS if spread == 0 else (best.gamma,):
+                for growth in GROWTHS:
+                    for latency in LATENCIES_S:
+                        law = _with(best, spread, gamma, latency, growth)
+                        link = part["intra" if spread == 0 else "slowest"].to_numpy()
+                        per_byte = law.seconds_per_byte(part["gpus"].to_numpy(), link, spread)
+                        _, loss = fit_bytes(
+                            groups, part["log_step"].to_numpy(), part["compute"].to_numpy(),
+                            per_byte, latency, law, floor,
+                        )  # fmt: skip
+                        scores[(gamma, growth, latency)] = loss
+            gamma, growth, latency = min(scores, key=scores.get)
+            best = _with(best, spread, gamma, latency, growth)
+        return best
+
+    def _floor(self, part: pd.DataFrame, law: SyncLaw) -> np.ndarray | None:
+        """S_1 of rows across nodes (their sync on one node, the least they have), where the
+        one-node bytes are already fitted; None before."""
+        if not hasattr(self, "bytes_"):
+            return None
+        b_one = self._bytes_of(part["job"].to_numpy(), part["cluster"].to_numpy(), 0)[0]
+        return law.latency_s[0] + b_one * law.seconds_per_byte(
+            part["gpus"].to_numpy(), part["intra"].to_numpy(), 0
+        )
+
+    def _fit_bytes(self, arrays: Rows) -> None:
+        """Effective gradient bytes per (job, cluster, GPU type, spread) under the law, their
+        median per (job, spread), and the median log ratio of across-node to one-node bytes."""
+        table = self._multi_table(arrays, self.rows_["step_time_s"].to_numpy(dtype=float))
+        self.bytes_: dict[tuple, float] = {}
+        self.job_bytes_: dict[tuple[str, int], float] = {}
+        for spread in (0, 1):
+            part = table[table["spread"] == spread]
+            if part.empty:
                 continue
-            model = clone(self.ratio_model_.regressor)
-            model.fit(_unlinked(X[fit]), log_y[fit] - log_base[fit])
-            folds.append(
-                HeldOutCluster(
-                    log_y=np.log(test["step_time_s"].to_numpy(dtype=float))[usable],
-                    log_t1=X_test["log_t1"].to_numpy()[usable],
-                    log_base=base_test[usable],
-                    correction=model.predict_quantiles(_unlinked(X_test[usable]))[1],
-                    multi_node=(test["num_nodes"].to_numpy() > 1)[usable],
-                )
+            keys = part.groupby(["job", "cluster"], sort=False)
+            groups = keys.ngroup().to_numpy()
+            link = part["intra" if spread == 0 else "slowest"].to_numpy()
+            per_byte = self.law_.seconds_per_byte(part["gpus"].to_numpy(), link, spread)
+            floor = self._floor(part, self.law_) if spread else None
+            log_bytes, _ = fit_bytes(
+                groups, part["log_step"].to_numpy(), part["compute"].to_numpy(), per_byte,
+                self.law_.latency_s[spread], self.law_, floor,
+            )  # fmt: skip
+            for key, value in zip(keys.groups, log_bytes, strict=True):
+                self.bytes_[(*key, spread)] = float(value)
+        by_job: dict[tuple[str, int], list[float]] = {}
+        for (job, _, spread), value in self.bytes_.items():
+            by_job.setdefault((job, spread), []).append(value)
+        self.job_bytes_ = {key: float(np.median(v)) for key, v in by_job.items()}
+        ratios = [
+            self.job_bytes_[(job, 1)] - value
+            for (job, spread), value in self.job_bytes_.items()
+            if spread == 0 and (job, 1) in self.job_bytes_
+        ]
+        self.across_ratio_ = float(np.median(ratios)) if ratios else 0.0
+
+    def _job_features(self, jobs: np.ndarray, nominal: np.ndarray) -> pd.DataFrame:
+        """The prior regressors' job features: parameter bytes and the job's compute per
+        sample and fixed time at speed index 1 (NaN for a job never measured)."""
+        per_sample, fixed = [], []
+        for job in jobs:
+            gpus = self.job_gpus_.get(job, [])
+            if not gpus:
+                per_sample.append(np.nan)
+                fixed.append(np.nan)
+                continue
+            refs = [self.curves_[(job, g)].reference() for g in gpus]
+            speeds = [self._speed(g) for g in gpus]
+            per_sample.append(
+                np.median([np.log(r[0]) + s for r, s in zip(refs, speeds, strict=True)])
             )
-        return folds
+            fixed.append(np.median([np.log(r[1]) + s for r, s in zip(refs, speeds, strict=True)]))
+        return pd.DataFrame(
+            {
+                "log_nominal_bytes": np.log(nominal),
+                "log_per_sample_ref": per_sample,
+                "log_fixed_ref": fixed,
+            }
+        )
+
+    def _fit_priors(self) -> None:
+        """The prior of a job's gradient bytes (per spread) from its features, `family`'s
+        regressor on the (job, spread) medians; and the prior compute of a job never measured
+        (the median per-sample and fixed time at speed index 1)."""
+        keys = list(self.job_bytes_)
+        jobs = np.array([job for job, _ in keys], dtype=object)
+        nominal = nominal_gradient_bytes(jobs, np.full(len(jobs), np.nan))
+        X = self._job_features(jobs, nominal)
+        X.insert(0, "spread", [float(s) for _, s in keys])
+        y = np.array([self.job_bytes_[k] for k in keys])
+        self.prior_ = None
+        self.prior_fallback_ = float(np.median(y)) if len(y) else float(np.log(1e8))
+        if len(y) >= 8:
+            self.prior_ = make_regressor(self.model, random_state=self.random_state)
+            self.prior_.fit(X[PRIOR_FEATURES], y)
+        refs = np.array([c.reference() for c in self.curves_.values()])
+        speeds = np.array([self._speed(g) for _, g in self.curves_])
+        self.compute_prior_ = (
+            float(np.exp(np.median(np.log(refs[:, 0]) + speeds))),
+            float(np.exp(np.median(np.log(refs[:, 1]) + speeds))),
+        )
+
+    def _prior_bytes(self, jobs: np.ndarray, nominal: np.ndarray, spread: int) -> np.ndarray:
+        if self.prior_ is None:
+            return np.full(len(jobs), self.prior_fallback_)
+        X = self._job_features(jobs, nominal)
+        X.insert(0, "spread", float(spread))
+        return self.prior_.predict_quantiles(X[PRIOR_FEATURES])[1]
+
+    def _bytes_of(
+        self, job: np.ndarray, cluster: np.ndarray, spread: int, nominal: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(effective bytes, source) per row for `spread`: 0 fitted on the row's cluster, 1
+        the job's median over the clusters it was measured on (or its other spread's,
+        rescaled), 2 the prior. Never the GPU type's: a job moves the same bytes on any GPU,
+        so a faster GPU at the same links is never slower."""
+        n = len(job)
+        keys = pd.Series(list(zip(job, cluster, strict=True)), dtype=object)
+        codes, distinct = pd.factorize(keys)
+        values, sources, need = [], [], []
+        for i, (j, c) in enumerate(distinct):
+            found = self.bytes_.get((j, c, spread))
+            if found is not None:
+                values.append(found)
+                sources.append(0)
+                continue
+            found = self.job_bytes_.get((j, spread))
+            if found is None and (j, 1 - spread) in self.job_bytes_:
+                sign = 1.0 if spread == 1 else -1.0
+                found = self.job_bytes_[(j, 1 - spread)] + sign * self.across_ratio_
+            values.append(np.nan if found is None else found)
+            sources.append(1 if found is not None else 2)
+            if found is None:
+                need.append(i)
+        values, sources = np.array(values, dtype=float), np.array(sources)
+        if need:
+            need = np.array(need)
+            nominal_d = np.full(len(distinct), np.nan)
+            if nominal is not None:
+                first = np.zeros(len(distinct), dtype=int)
+                first[codes[::-1]] = np.arange(n)[::-1]
+                nominal_d = nominal[first]
+            jobs_d = np.array([d[0] for d in distinct], dtype=object)
+            values[need] = self._prior_bytes(jobs_d[need], nominal_d[need], spread)
+        return np.exp(values[codes]), sources[codes]
+
+    # -- intervals --------------------------------------------------------------------------
+
+    def _calibrate(self, arrays: Rows) -> None:
+        """Log-error quantiles (p10, p90) per source of each term: compute measured (in
+        sample), scaled from other types (each job's measured types left out in turn), from
+        the prior (each job's per-sample time against the others' median); sync fitted here
+        (in sample), from the job elsewhere or from the prior (each training cluster's
+        multi-GPU rows predicted without them)."""
+        steps = self.rows_["step_time_s"].to_numpy(dtype=float)
+        single = arrays.gpus == 1
+        errors: dict[str, list[np.ndarray]] = {k: [] for k in
+                                               ("c0", "c1", "c2", "s0", "s1", "s2")}  # fmt: skip
+        own = self._predict_log(arrays)[0]
+        errors["c0"].append((np.log(steps) - own)[single])
+        multi_rows = ~single & np.isfinite(own)
+        sync_src = self._sources(arrays)[1]
+        errors["s0"].append((np.log(steps) - own)[multi_rows & (sync_src == 0)])
+        # compute on a type the job was not measured on
+        for job, gpus in self.job_gpus_.items():
+            if len(gpus) < 2:
+                continue
+            for gpu in gpus:
+                rows = single & (arrays.job == job) & (arrays.gpu == gpu)
+                saved = self.job_gpus_[job]
+                self.job_gpus_[job] = [g for g in saved if g != gpu]
+                guess = self._ordered(job, gpu, self.job_gpus_[job], arrays.batch[rows])
+                self.job_gpus_[job] = saved
+                errors["c1"].append(np.log(steps[rows]) - np.log(guess))
+        refs = np.array(
+            [np.log(c.reference()[0]) + self._speed(g) for (_, g), c in self.curves_.items()]
+        )
+        errors["c2"].append(refs - np.median(refs))
+        # synchronization of a cluster not seen at scale
+        clusters = np.where(arrays.cluster == "", arrays.gpu, arrays.cluster)
+        saved = (self.bytes_, self.job_bytes_, self.across_ratio_, self.prior_)
+        for cluster in np.unique(clusters[~single]):
+            held = ~single & (clusters == cluster)
+            keep = self.rows_[~held].reset_index(drop=True)
+            kept = Rows.of(keep)
+            rows_ = self.rows_
+            self.rows_ = keep
+            self._fit_bytes(kept)
+            self._fit_priors()
+            self.rows_ = rows_
+            log_pred, _, sync = self._predict_log(arrays, held)
+            error = np.log(steps[held]) - log_pred
+            # a cluster's rows not fitted there, whatever stood in for them: each cluster
+            # weighs the same, as the next cluster is one more of them
+            errors["s1"].append(error[(sync > 0) & np.isfinite(error)])
+        self.bytes_, self.job_bytes_, self.across_ratio_, self.prior_ = saved
+        self.spread_ = {}
+        for key, parts in errors.items():
+            parts = [p[np.isfinite(p)] for p in parts if np.isfinite(p).any()]
+            if sum(len(p) for p in parts) >= 10:
+                values = np.concatenate(parts)
+                weights = np.concatenate([np.full(len(p), 1.0 / len(p)) for p in parts])
+                lo, hi = _weighted_quantiles(values, weights, (0.1, 0.9))
+            else:
+                lo, hi = -np.log(2.0), np.log(2.0)
+            self.spread_[key] = (max(-lo, MIN_SPREAD), max(hi, MIN_SPREAD))
+        for later, earlier in (("s2", "s1"), ("c2", "c1")):  # less known: never narrower
+            self.spread_[later] = tuple(
+                np.fmax(self.spread_[later], self.spread_[earlier]).tolist()
+            )
+
+    # -- prediction -------------------------------------------------------------------------
+
+    def _sources(self, arrays: Rows, where: np.ndarray | None = None) -> tuple:
+        return self._predict_log(arrays, where)[1:]
+
+    def _predict_log(
+        self, arrays: Rows, where: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(log step, compute source, sync source: -1 on one GPU) of the rows `where`."""
+        idx = np.arange(len(arrays.job)) if where is None else np.flatnonzero(where)
+        job, gpu, batch = arrays.job[idx], arrays.gpu[idx], arrays.batch[idx]
+        compute = np.empty(len(idx))
+        compute_src = np.empty(len(idx), dtype=int)
+        keys = pd.Series(list(zip(job, gpu, strict=True)), dtype=object)
+        codes, distinct = pd.factorize(keys)
+        for code, (j, g) in enumerate(distinct):
+            rows = codes == code
+            compute[rows], compute_src[rows] = self.compute_seconds(j, g, batch[rows])
+        gpus, nodes = arrays.gpus[idx], arrays.nodes[idx]
+        intra = np.where(np.isfinite(arrays.intra[idx]), arrays.intra[idx], PCIE3_GBPS)
+        inter = np.where(np.isfinite(arrays.inter[idx]), arrays.inter[idx], ETHERNET_10G_GBPS)
+        cluster = arrays.cluster[idx]
+        nominal = arrays.nominal_bytes()[idx]
+        sync_src = np.full(len(idx), -1)
+        sync = np.zeros(len(idx))
+        multi = gpus > 1
+        if multi.any():
+            b_one, src_one = self._bytes_of(job[multi], cluster[multi], 0, nominal[multi])
+            b_x, src_x = self._bytes_of(job[multi], cluster[multi], 1, nominal[multi])
+            across = nodes[multi] > 1
+            sync[multi] = self.law_.sync_seconds(
+                gpus[multi], nodes[multi], intra[multi], inter[multi], b_one, b_x
+            )
+            source = np.where(across, np.fmax(src_one, src_x), src_one)
+            # bytes fitted on this cluster but never on this GPU type there: not measured
+            places = list(zip(job[multi], cluster[multi], gpu[multi], across, strict=True))
+            codes, distinct = pd.factorize(pd.Series(places, dtype=object))
+            seen = np.array([p in self.measured_places_ for p in distinct], dtype=bool)[codes]
+            sync_src[multi] = np.where((source == 0) & ~seen, 1, source)
+        step = self.law_.step_seconds(compute, sync)
+        return np.log(step), compute_src, sync_src
+
+    def _predict_interval(self, rows: pd.DataFrame, text_flags: bool = True) -> pd.DataFrame:
+        return pd.DataFrame(self._answer(Rows.of(rows), text_flags), index=rows.index)
+
+    def predict_checked(self, rows: pd.DataFrame) -> pd.DataFrame:
+        """`TaskPredictor.predict_checked`, the `flags` a categorical (10^5 candidates have a
+        few distinct sets)."""
+        self._require_fitted()
+        return self._predict_interval(rows, text_flags=False)
 
     def predict_columns(
         self, records: Sequence[Mapping[str, object]], groups: Sequence[int] | None = None
     ) -> dict[str, np.ndarray]:
-        """A few records whose values already have the contract's types take the few-row
-        path straight from them, with no frame at all (a single-row request's whole answer);
-        any other records are checked and predicted as a frame. The monotonic guard compares
-        rows of one group only, so several requests are answered in one call as each alone."""
-        if not hasattr(self, "fitted_"):
-            return super().predict_columns(records)  # refused there, as predict_interval does
+        """A few records whose values already have the contract's types are read without a
+        frame; others are checked as a frame. Every row is answered alone (`groups` change
+        nothing: no answer depends on another row)."""
+        self._require_fitted()
         table = None
         if len(records) <= FEW_ROWS:
             table = few_row_columns(records, self.kind, exclude=self.targets)
         if table is None:
             rows = self._check_rows(pd.DataFrame.from_records(list(records)))
-            if len(rows) <= FEW_ROWS:
-                return self._answer(*self._few(frame_table(rows)), groups)
-            return self._answer(*self._general(rows), groups)
-        return self._answer(*self._few(table), groups)
+            return self._answer(Rows.of(rows))
+        return self._answer(Rows.of(table))
 
-    def predict_checked(self, rows: pd.DataFrame) -> pd.DataFrame:
-        """`TaskPredictor.predict_checked`, the `flags` a categorical: each distinct set
-        spelled once, not one string per row (10^5 candidates have a few sets)."""
-        self._require_fitted()
-        return self._predict_interval(rows, text_flags=False)
-
-    def _predict_interval(
-        self, rows: pd.DataFrame, fast: bool | None = None, text_flags: bool = True
-    ) -> pd.DataFrame:
-        """`fast` (default: up to FEW_ROWS rows) takes `scaling_fast`'s path to the same
-        features and flags."""
-        if fast if fast is not None else len(rows) <= FEW_ROWS:
-            table, X, log_base, flags = self._few(frame_table(rows))
-        else:
-            table, X, log_base, flags = self._general(rows)
-        answer = self._answer(table, X, log_base, flags, text_flags=text_flags)
-        return pd.DataFrame(answer, index=rows.index)
-
-    def _few(self, table: Table) -> tuple[Table, FewRowFeatures, np.ndarray, dict]:
-        gpus, nodes = list(table["num_gpus"]), list(table["num_nodes"])
-        per_node = gpus_per_node(gpus, nodes, table.get("placement"))
-        flags = few_row_flags(self, table, per_node, row_links(table))
-        if flags["slower_links"].any():
-            slowest = self._slowest_links(np.asarray(nodes) > 1, flags)
-            table = dict(table)
-            for column, values in slowest.items():
-                own = table.get(column) or [None] * len(values)
-                pairs = zip(own, values.tolist(), strict=True)
-                table[column] = [o if np.isnan(v) else v for o, v in pairs]
-        X, log_base, _ = few_row_design(self.features_, table)
-        return table, X, log_base, flags
-
-    def _general(self, rows: pd.DataFrame) -> tuple[pd.DataFrame, FewRowFeatures, np.ndarray, dict]:
-        """Flags and features of a checked frame of any size, each lookup once per distinct
-        key (`scaling_fast.ManyRows`): what `_flags` and `features_.transform` answer."""
-        many = ManyRows.of(rows)
-        flags = many_row_flags(self, many)
-        if flags["slower_links"].any():
-            slowest = self._slowest_links(many.num_nodes > 1, flags)
-            rows = rows.copy()
-            for column, values in slowest.items():
-                own = _numbers(rows, column)
-                rows[column] = values if own is None else np.where(np.isnan(values), own, values)
-            many = replace(many, rows=rows)  # the links the features read: the new columns
-        X, log_base = many_row_design(self.features_, many)
-        return rows, X, log_base, flags
-
-    def _slowest_links(self, spread: np.ndarray, flags: dict) -> dict[str, np.ndarray]:
-        """For the rows flagged `slower_links`, the slowest link of their spread the training
-        rows crossed, as the link they state (the network across nodes, the intra-node link on
-        one node); NaN elsewhere. Synchronization only grows as links slow down, so the step
-        predicted there is a lower bound the communication model was checked on, between
-        perfect scaling and its extrapolation to the slower links."""
-        slow = flags["slower_links"]
-        return {
-            column: np.where(slow & (spread == across), self.slowest_link_gbps_[across], np.nan)
-            for column, across in zip(INTERCONNECT_COLUMNS, (False, True), strict=True)
-        }
-
-    def _answer(
-        self,
-        rows: Table | pd.DataFrame,
-        X: pd.DataFrame | FewRowFeatures,
-        log_base: np.ndarray,
-        flags: dict[str, np.ndarray],
-        groups: Sequence[int] | None = None,
-        text_flags: bool = True,
-    ) -> dict[str, np.ndarray | pd.Categorical]:
-        """The answer's columns (step time, p10, p90, flags) from the rows' features; the
-        flags as text (`flags_column`) or as `flags_categorical`."""
-        out = np.empty((3, len(log_base)))
-        has_base = np.isfinite(log_base)
-        if self.ratio_model_ is None:
-            has_base[:] = False
-        if has_base.any():
-            mask = _ratio_rows(self.ratio_model_, has_base)
-            based = slice(None) if mask.all() else mask  # (10^5 candidates: no masks)
-            quantiles = _quantiles(self.ratio_model_, X, mask, linked=False)
-            for row, values in zip(out, quantiles, strict=True):
-                row[based] = values  # (no stacked copy of the three quantiles first)
-            out[:, based] += log_base[based]
-            multi_node = _column(X, "multi_node") > 0
-            uncharted = has_base & flags["uncharted"]
-            known = np.zeros(len(log_base), dtype=bool)
-            if uncharted.any() and self.new_job_blends_ is not None:
-                codes, keys = _places(rows)
-                known = np.array([key in self.charted_places_ for key in keys])[codes]
-            for blends, where in (
-                (self.new_cluster_blends_, uncharted & ~known),
-                (self.new_job_blends_, uncharted & known),
-            ):
-                # a job, cluster or GPU whose scaling was never measured: the blend of perfect
-                # scaling, physics and correction that did best on held-out clusters (jobs)
-                for spread, blend in (blends or {}).items():
-                    new = where & (multi_node == spread)
-                    if not new.any():
-                        continue
-                    correction = out[1, new] - log_base[new]
-                    log_t1 = _column(X, "log_t1")[new]
-                    out[:, new] = blend.interval(log_t1, log_base[new], correction)
-        if (~has_base).any():
-            out[:, ~has_base] = np.vstack(_quantiles(self.direct_model_, X, ~has_base))
-        lo, mid, hi = np.exp(out)
-        # no links and no measured scaling: the one-GPU time (perfect scaling) is the answer
-        # never worse than it, with an interval up to twice it. Links slower than any the
-        # training rows crossed were predicted at the slowest ones they did cross (`_few`,
-        # `_general`: the communication model is not extrapolated, toward faster links its
-        # overhead shrinks toward perfect scaling itself), never below the one-GPU time, with
-        # the same wide interval.
-        # (each step only where some row needs it: 10^5 candidates mostly do not)
-        fallback, slower = flags["no_interconnect_facts"], flags["slower_links"]
-        if fallback.any() or slower.any():
-            t1 = np.exp(_column(X, "log_t1"))
-            fallback, slower = fallback & np.isfinite(t1), slower & np.isfinite(t1)
-            mid = np.where(fallback, t1, np.where(slower, np.fmax(mid, t1), mid))
-            wide = fallback | slower
-            lo = np.where(wide, np.fmin(lo, t1 / UNSEEN_SPREAD**0.5), lo)
-            hi = np.where(wide, np.fmax(hi, t1 * UNSEEN_SPREAD), hi)
-        unseen = flags["new_job"] | flags["new_gpu_type"]
-        if unseen.any():
-            lo = np.where(unseen, np.fmin(lo, mid / UNSEEN_SPREAD), lo)
-            hi = np.where(unseen, np.fmax(hi, mid * UNSEEN_SPREAD), hi)
-        per_node = _column(X, "gpus_per_node").astype("int64")
-        raw = mid
-        mid, flags["monotonic_guard"] = self._monotonic(
-            rows, per_node, mid, flags["measured"], groups
-        )
-        if flags["monotonic_guard"].any():
-            # a raised p50 carries its p90 up with it: the interval keeps its relative width
-            hi = hi * np.where(flags["monotonic_guard"], mid / raw, 1.0)
-        lo, hi = np.fmin(lo, mid), np.fmax(hi, mid)
+    def _answer(self, arrays: Rows, text_flags: bool = True) -> dict[str, np.ndarray]:
+        log_step, compute_src, sync_src = self._predict_log(arrays)
+        mid = np.exp(log_step)
+        lo_c, hi_c = self._spreads("c", compute_src)
+        lo_s, hi_s = self._spreads("s", sync_src)
+        lo = mid * np.exp(-np.hypot(lo_c, lo_s))
+        hi = mid * np.exp(np.hypot(hi_c, hi_s))
         answer = interval_columns(self.targets, [(lo, mid, hi)])
-        tokens = {k: v for k, v in flags.items() if k not in ("measured", "uncharted")}
-        spell = flags_column if text_flags else flags_categorical
-        answer["flags"] = spell(tokens, len(mid))
+        flags = self._flags(arrays, compute_src, sync_src)
+        answer["flags"] = (flags_column if text_flags else flags_categorical)(flags, len(mid))
         return answer
 
-    def _flags(self, rows: pd.DataFrame, per_node: np.ndarray) -> dict[str, np.ndarray]:
-        """One boolean array per FLAGS token of the scaling task, and two for this class:
-        `measured` (the row's configuration and batch are in the training rows) and
-        `uncharted` (`ScalingFeatures.uncharted`). Each distinct key is looked up
-        once: a batch of 10^5 candidates has few distinct jobs and GPU types."""
-        keyed = rows.assign(gpus_per_node=per_node)
-        measured = _member(keyed, [*_CONFIG, "gpu_type", "local_batch_size"], self.measured_)
-        num_gpus = rows["num_gpus"].to_numpy()
-        multi = num_gpus > 1
-        jobs = rows["job"].astype(str)
-        max_gpus = jobs.map(self.max_gpus_).fillna(self.max_gpus_any_).to_numpy(dtype=float)
-        codes, first = distinct_groups([rows["job"], rows["gpu_type"]])
-        pairs = zip(
-            rows["job"].iloc[first].to_numpy(), rows["gpu_type"].iloc[first].to_numpy(), strict=True
-        )
+    def _spreads(self, term: str, source: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        lo, hi = np.zeros(len(source)), np.zeros(len(source))
+        for level in (0, 1, 2):
+            at = source == level
+            if at.any():
+                lo[at], hi[at] = self.spread_[f"{term}{level}"]
+        return lo, hi
+
+    def _flags(self, arrays: Rows, compute_src: np.ndarray, sync_src: np.ndarray) -> dict:
+        multi = arrays.gpus > 1
+        known_gpus = {g for _, g in self.curves_}
+        max_gpus = np.array([self.max_gpus_.get(j, 1) for j in arrays.job], dtype=float)
         ranges = np.array(
-            [self.batch_range_.get(pair, (np.nan, np.nan)) for pair in pairs], dtype=float
-        ).reshape(-1, 2)[codes]
-        bsz = rows["local_batch_size"].to_numpy(dtype=float)
-        uncharted = self.features_.uncharted(rows)
-        links = interconnect_frame(rows)
-        no_links = np.isnan(links.to_numpy()).all(axis=1)
+            [self.curves_[(j, g)].range if (j, g) in self.curves_ else (np.nan, np.nan)
+             for j, g in zip(arrays.job, arrays.gpu, strict=True)], dtype=float,
+        ).reshape(-1, 2)  # fmt: skip
         return {
-            "measured": measured,
-            "uncharted": uncharted,
-            "new_job": ~rows["job"].isin(self.features_.jobs_).to_numpy(),
-            "new_gpu_type": ~rows["gpu_type"].isin(self.gpu_types_).to_numpy(),
-            "unmeasured_config": multi & ~measured & uncharted,
-            "extrapolated_gpus": num_gpus > max_gpus,
-            "extrapolated_batch": (bsz < ranges[:, 0]) | (bsz > ranges[:, 1]),
-            "no_interconnect_facts": multi & no_links & uncharted,
-            "slower_links": multi
-            & uncharted
-            & self.slower_links(
-                _ring_link(rows, links),
-                (rows["num_nodes"] > 1).to_numpy(),
-                [_numbers(rows, column) for column in INTERCONNECT_COLUMNS],
-            ),
+            "new_job": compute_src == 2,
+            "new_gpu_type": ~np.isin(arrays.gpu, list(known_gpus)),
+            "unmeasured_config": multi & (sync_src > 0),
+            "extrapolated_gpus": arrays.gpus > max_gpus,
+            "extrapolated_batch": (arrays.batch < ranges[:, 0]) | (arrays.batch > ranges[:, 1]),
+            "no_interconnect_facts": multi
+            & ~(np.isfinite(arrays.intra) & np.isfinite(arrays.inter)),
         }
 
-    def slower_links(
-        self, link: np.ndarray, spread: np.ndarray, stated: list[np.ndarray | None]
-    ) -> np.ndarray:
-        """Whether each row's ring link (`link`, GB/s) is assumed from the interconnect table
-        (not stated on the row) and slower than every multi-GPU training row's of the same
-        spread (one node or several: `spread`). `stated`: the rows' own intra-node and
-        inter-node bandwidths (NaN where not given; None: no row gives it). A link the row
-        states is the caller's fact (a what-if on the network, say): the communication model
-        answers it, so a slower stated link never predicts a faster step."""
-        slowest = np.where(spread, self.slowest_link_gbps_[True], self.slowest_link_gbps_[False])
-        own = np.zeros(len(link), dtype=bool)
-        for values, where in zip(stated, (~spread, spread), strict=True):
-            if values is not None:
-                own |= where & (values > 0)
-        return (link < slowest) & ~own
 
-    @staticmethod
-    def _monotonic(
-        rows: Table | pd.DataFrame,
-        per_node: np.ndarray,
-        mid: np.ndarray,
-        measured: np.ndarray,
-        groups: Sequence[int] | None = None,
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Among the rows of one request (of one of `groups`) with the same job and
-        configuration, a larger local batch is not predicted faster than a smaller one on the
-        same GPU type, and a GPU at least as fast (datasheet FP32 peak and memory bandwidth
-        both no lower) is not predicted slower at the same batch. Rows whose configuration and
-        batch were measured keep their prediction: the measurement may say otherwise.
-        `per_node` is each row's GPUs per node. Returns (p50, changed)."""
-        unchanged = mid, np.zeros(len(mid), dtype=bool)
-        columns = [rows["job"], rows["num_gpus"], rows["num_nodes"], per_node]
-        if groups is not None:
-            columns.append(np.asarray(groups))
-        if len(mid) <= FEW_ROWS:  # a few rows: tell whether two share one without pandas
-            configs = list(zip(*(np.asarray(c).tolist() for c in columns), strict=True))
-            if len(set(configs)) == len(configs):
-                return unchanged
-        keys = [integer_codes(column) for column in columns]
-        gpu, gpu_names = _type_codes(rows["gpu_type"])
-        bsz = np.asarray(rows["local_batch_size"], dtype=float)
-        # batch: the running maximum over increasing batch within (configuration, GPU type)
-        floor, group = _batch_floor_in_runs([*keys, gpu], bsz, mid), None
-        if floor is None:
-            group, first = radix_groups(keys)
-            if len(first) == len(mid):  # no two rows share a configuration: nothing to compare
-                return unchanged
-            floor = _batch_floor(group, gpu, bsz, mid)
-        free = ~measured
-        guarded = np.where(free, floor, mid)
-        # GPU: the minimum over the GPU types this one is at least as fast as, same batch
-        at_least = _at_least_as_fast(gpu_names)
-        faster = np.flatnonzero(at_least.sum(axis=1) > 1)
-        if not faster.size:  # no GPU type at least as fast as another: nothing to lower
-            return guarded, guarded != mid
-        if group is None:
-            group = radix_groups(keys)[0]
-        cell = radix_groups([group, bsz])[0]
-        table = np.full((cell.max() + 1, len(gpu_names)), np.inf)
-        np.minimum.at(table, (cell, gpu), guarded)
-        for code in faster:
-            these = np.flatnonzero((gpu == code) & free)
-            ceiling = table[cell[these]][:, at_least[code]].min(axis=1)
-            guarded[these] = np.minimum(guarded[these], ceiling)
-        return guarded, guarded != mid
+def one_gpu_seconds(train: pd.DataFrame, rows: pd.DataFrame) -> np.ndarray:
+    """Perfect scaling, the napkin every scaling answer is judged against: each row's one-GPU
+    step time on its GPU type at its local batch from `train`'s one-GPU rows (measured, or
+    on the compute curve between the batches measured); NaN where the job was not measured
+    on that type."""
+    model = ScalingPredictor()
+    model._fit_compute(train.reset_index(drop=True), Rows.of(train))
+    arrays = Rows.of(rows)
+    out = np.full(len(arrays.job), np.nan)
+    for job, gpu in set(zip(arrays.job, arrays.gpu, strict=True)):
+        if (job, gpu) in model.curves_:
+            at = (arrays.job == job) & (arrays.gpu == gpu)
+            out[at] = model.curves_[(job, gpu)](arrays.batch[at])
+    return out
 
 
-def _at_least_as_fast(gpu_names: pd.Index) -> np.ndarray:
-    """[i, j]: GPU type i is at least as fast as type j (datasheet FP32 peak and memory
-    bandwidth both no lower). One type: only itself (no datasheet read)."""
-    if len(gpu_names) < 2:
-        return np.ones((len(gpu_names), len(gpu_names)), dtype=bool)
-    specs = spec_frame(pd.Series(gpu_names))
-    return at_least_as_fast(specs["peak_tflops_fp32"], specs["mem_bw_gbps"])
+class _Curve:
+    """A job's one-GPU step time on one GPU type against the local batch: linear through the
+    isotonic medians of its measured batches; beyond the largest, growing at least as a
+    step proportional to the batch's compute share; below the smallest, falling with the first
+    segment's slope to no less than its fixed share. Non-decreasing in the batch everywhere."""
+
+    def __init__(self, batch: np.ndarray, step: np.ndarray, fixed_share: float) -> None:
+        self.batch, self.step = batch, step
+        self.range = (float(batch[0]), float(batch[-1]))
+        top = (1.0 - fixed_share) * step[-1] / batch[-1]
+        bottom = (1.0 - fixed_share) * step[0] / batch[0]
+        if len(batch) >= 2:
+            top = max(top, (step[-1] - step[-2]) / (batch[-1] - batch[-2]))
+            bottom = (step[1] - step[0]) / (batch[1] - batch[0])
+        self.top, self.bottom = top, bottom
+        self.floor = fixed_share * step[0]
+
+    def __call__(self, batch: np.ndarray) -> np.ndarray:
+        batch = np.asarray(batch, dtype=float)
+        inside = np.interp(batch, self.batch, self.step)
+        above = self.step[-1] + self.top * (batch - self.batch[-1])
+        below = np.fmax(self.step[0] - self.bottom * (self.batch[0] - batch), self.floor)
+        return np.where(
+            batch > self.batch[-1], above, np.where(batch < self.batch[0], below, inside)
+        )
+
+    def reference(self) -> tuple[float, float]:
+        """(seconds per sample, fixed seconds) at the middle measured batch."""
+        middle = float(np.median(self.batch))
+        step = float(self(np.array([middle]))[0])
+        fixed = max(step - self.top * middle, 0.05 * step) if len(self.batch) >= 2 else step / 2
+        return max((step - fixed) / middle, 1e-12), fixed
 
 
-def _type_codes(gpu_types: Sequence | pd.Series) -> tuple[np.ndarray, pd.Index]:
-    """(code of each row's GPU type, the types) for the monotonic guard, which tells types
-    apart by their codes only: a categorical's own codes where every row has one of its
-    categories and each category is used, else `pd.factorize` (a Series' strings hashed as
-    stored)."""
-    if isinstance(gpu_types, pd.Series) and isinstance(gpu_types.dtype, pd.CategoricalDtype):
-        codes = gpu_types.array.codes
-        categories = gpu_types.cat.categories
-        every_used = len(codes) and np.bincount(codes + 1, minlength=len(categories) + 1)
-        if every_used is not False and not every_used[0] and every_used[1:].all():
-            return codes.astype(np.int64), categories
-    if not isinstance(gpu_types, pd.Series):
-        gpu_types = np.asarray(gpu_types, dtype=object)
-    return pd.factorize(gpu_types)
+def _weighted_quantiles(values: np.ndarray, weights: np.ndarray, levels) -> list[float]:
+    order = np.argsort(values)
+    cumulative = np.cumsum(weights[order]) / weights.sum()
+    return [float(values[order][np.searchsorted(cumulative, q)]) for q in levels]
 
 
-def _batch_floor(
-    group: np.ndarray, gpu: np.ndarray, bsz: np.ndarray, values: np.ndarray
-) -> np.ndarray:
-    """Each row's running maximum of `values` (NaN skipped: NaN where its own is, as pandas'
-    cummax) over the rows of its group and GPU type in order of increasing batch, ties in
-    row order."""
-    floor = _batch_floor_by_table(group, gpu, bsz, values)
-    if floor is None:
-        order = np.lexsort((bsz, gpu, group))
-        floor = np.empty_like(values)
-        grouped = pd.Series(values[order]).groupby([group[order], gpu[order]])
-        floor[order] = grouped.cummax().to_numpy()
-    return floor
+def _at_least_as_fast(a, b) -> bool:
+    return a.peak_tflops_fp32 >= b.peak_tflops_fp32 and a.mem_bw_gbps >= b.mem_bw_gbps
 
 
-def _batch_floor_in_runs(
-    keys: list[np.ndarray], bsz: np.ndarray, values: np.ndarray
-) -> np.ndarray | None:
-    """`_batch_floor` where the rows of each combination of `keys` (configuration and GPU
-    type, as integer codes) are one run of consecutive rows in increasing batch (ties in row
-    order), as a candidate table lays them out: the running maximum along each run, with the
-    runs' first rows grouped (10^4 configurations) instead of every row (10^5 candidates).
-    None where the rows are not laid out so, where no run has two rows, or where a value is
-    zero (as `_batch_floor_by_table`)."""
-    n = len(values)
-    if not n or np.count_nonzero(values) < n:
-        return None
-    starts = np.zeros(n, dtype=bool)  # whether each row starts a run
-    starts[0] = True
-    for key in keys:
-        starts[1:] |= key[1:] != key[:-1]
-    if not ((bsz[1:] >= bsz[:-1]) | starts[1:]).all():  # a batch out of order, or NaN
-        return None
-    first = np.flatnonzero(starts)
-    if len(first) == n or len(radix_groups([key[first] for key in keys])[1]) < len(first):
-        return None  # no run of two rows, or a combination in two runs
-    lengths = np.diff(first, append=n)
-    if (lengths == lengths[0]).all():  # every run as long (a candidate table's): a matrix
-        running = np.fmax.accumulate(values.reshape(-1, lengths[0]), axis=1).reshape(-1)
-    else:
-        run = np.cumsum(starts) - 1
-        place = np.arange(n) - first[run]
-        table = np.full((len(first), int(lengths.max())), np.nan)
-        table[run, place] = values
-        running = np.fmax.accumulate(table, axis=1)[run, place]
-    return np.where(np.isnan(values), np.nan, running)
+def _speed_exponents(curves: dict[tuple[str, str], _Curve]) -> tuple[float, float]:
+    """(kf, kb) >= 0: how a job's one-GPU time scales with FP32 peak and memory bandwidth,
+    fitted on the jobs measured on several GPU types at shared batches (least squares within
+    each job); (0.5, 0.5) where none are."""
+    from scipy.optimize import nnls
+
+    rows, targets = [], []
+    by_job: dict[str, list[str]] = {}
+    for job, gpu in curves:
+        if gpu in DEVICES:
+            by_job.setdefault(job, []).append(gpu)
+    for job, gpus in by_job.items():
+        if len(gpus) < 2:
+            continue
+        batches = np.unique(np.concatenate([curves[(job, g)].batch for g in gpus]))
+        for b in batches:
+            logs = np.array([np.log(curves[(job, g)](np.array([b]))[0]) for g in gpus])
+            x = np.array([[np.log(DEVICES[g].peak_tflops_fp32), np.log(DEVICES[g].mem_bw_gbps)]
+                          for g in gpus])  # fmt: skip
+            rows.append(-(x - x.mean(axis=0)))
+            targets.append(logs - logs.mean())
+    if not rows:
+        return (0.5, 0.5)
+    solution, _ = nnls(np.vstack(rows), np.concatenate(targets))
+    return float(solution[0]), float(solution[1])
 
 
-def _batch_floor_by_table(
-    group: np.ndarray, gpu: np.ndarray, bsz: np.ndarray, values: np.ndarray
-) -> np.ndarray | None:
-    """`_batch_floor` without sorting the rows, where no two rows of a group and GPU type
-    share a batch (10^5 candidates of a few batch sizes): a table of (group and GPU type) x
-    batch, in increasing batch, whose running maximum along each row is np.fmax.accumulate.
-    None where that does not hold, where the batches are many or missing, or where a value
-    is zero (whose sign pandas' cummax and fmax may keep differently)."""
-    codes, sizes = pd.factorize(bsz)
-    if np.isnan(sizes).any() or len(sizes) > 64 or np.count_nonzero(values) < len(values):
-        return None
-    rank = np.empty(len(sizes), dtype=np.int64)
-    rank[np.argsort(sizes)] = np.arange(len(sizes))
-    cell = radix_groups([group, gpu])[0]
-    levels = len(sizes)
-    size = (int(cell.max()) + 1) * levels
-    if size > 8 * len(values):
-        return None
-    key = cell * levels + rank[codes]
-    if np.bincount(key, minlength=size).max() > 1:
-        return None  # two rows at one batch: their order decides, the sort keeps it
-    table = np.full(size, np.nan)
-    table[key] = values
-    running = np.fmax.accumulate(table.reshape(-1, levels), axis=1).reshape(-1)[key]
-    return np.where(np.isnan(values), np.nan, running)
-
-
-# What the correction to the physical base does not see: the overhead the links cause. The
-# base rises with it (log base = log t1 + log_overhead_ratio where the links give the
-# overhead), so with the correction blind to it a slower network never predicts a faster step,
-# for every family; seen, the trees' correction fell faster than the base rose (p100 held out
-# of Gavel: slower at 30 GB/s than at 0.1 on 51 of 57 rows).
-_LINK_DRIVEN = ["log_overhead_ratio", "log_comm_ratio"]
-
-
-def _unlinked(X: pd.DataFrame) -> pd.DataFrame:
-    return X.drop(columns=_LINK_DRIVEN)
-
-
-def _cluster_groups(rows: Table | pd.DataFrame) -> np.ndarray:
-    """Each row's cluster, its GPU type where it names none (the groups a new cluster's blend
-    holds out), as text."""
-    gpu = np.asarray(rows["gpu_type"], dtype=object).astype(str)
-    if "cluster" not in rows:
-        return gpu
-    cluster = pd.Series(np.asarray(rows["cluster"], dtype=object)).astype("string")
-    return cluster.fillna(pd.Series(gpu)).astype(str).to_numpy()
-
-
-def _places(rows: Table | pd.DataFrame) -> tuple[np.ndarray, list[tuple[str, str]]]:
-    """(a code per row, the distinct (cluster, GPU type) of the codes): each row's cluster,
-    its GPU type where it names none, and its GPU type. Looked up once per distinct pair:
-    10^5 candidates have a few."""
-    gpu_codes, gpus = _type_codes(rows["gpu_type"])
-    cluster_codes, clusters = np.full(len(gpu_codes), -1), pd.Index([])
-    if "cluster" in rows:
-        cluster_codes, clusters = _type_codes(rows["cluster"])  # -1: none named
-    pair = (cluster_codes + 1) * len(gpus) + gpu_codes
-    present = np.zeros((len(clusters) + 1) * len(gpus), dtype=bool)  # a table: no sort
-    present[pair] = True
-    distinct, codes = np.flatnonzero(present), (np.cumsum(present) - 1)[pair]
-    keys = []
-    for cluster, gpu in zip(*np.divmod(distinct, len(gpus)), strict=True):
-        keys.append((str(clusters[cluster - 1]) if cluster else str(gpus[gpu]), str(gpus[gpu])))
-    return codes, keys
-
-
-def _column(X: pd.DataFrame | FewRowFeatures, name: str) -> np.ndarray:
-    return X.column(name) if isinstance(X, FewRowFeatures) else X[name].to_numpy()
-
-
-def _ratio_rows(model: ConformalQuantiles, has_base: np.ndarray) -> np.ndarray:
-    """The rows the ratio model predicts: those with a base, or every row for a gbm, which
-    predicts each row alone (the rows without a base are answered by the direct model after
-    it), so that 10^5 candidates' columns are not copied through a mask for one row."""
-    if isinstance(model.regressor_, QuantileGBM):
-        return np.ones_like(has_base)
-    return has_base
-
-
-def _quantiles(
-    model: ConformalQuantiles,
-    X: pd.DataFrame | FewRowFeatures,
-    mask: np.ndarray,
-    linked: bool = True,
-) -> tuple[np.ndarray, ...]:
-    """`model`'s quantiles of the rows `mask` of X (without the link-driven columns unless
-    `linked`; a gbm's matrix has only the columns it was fitted on)."""
-    if isinstance(X, FewRowFeatures):
-        if isinstance(model.regressor_, QuantileGBM):
-            return model.predict_quantiles(X.matrix(model.regressor_, mask))
-        X = X.frame()
-    X = X[mask]
-    return model.predict_quantiles(X if linked else _unlinked(X))
-
-
-def _numbers(rows: pd.DataFrame, column: str) -> np.ndarray | None:
-    """A row-supplied number column, anything not a number NaN (None when absent)."""
-    if column not in rows.columns:
-        return None
-    return pd.to_numeric(rows[column], errors="coerce").to_numpy(dtype=float)
-
-
-def _ring_link(rows: pd.DataFrame, links: pd.DataFrame | None = None) -> np.ndarray:
-    """Each row's ring link in GB/s (`features.scaling.ring_link_gbps`) from its links
-    (`interconnect_frame(rows)` unless given)."""
-    links = interconnect_frame(rows) if links is None else links
-    return ring_link_gbps(
-        links["intra_node_bw_gbps"].to_numpy(),
-        links["inter_node_bw_gbps"].to_numpy(),
-        rows["num_nodes"].to_numpy(),
-    )
-
-
-def _member(rows: pd.DataFrame, columns: list[str], keys: frozenset) -> np.ndarray:
-    """Whether each row's tuple of `columns` is in `keys`, looked up once per distinct tuple."""
-    codes, first = distinct_groups([rows[c] for c in columns])
-    distinct = zip(*(rows[c].iloc[first].to_numpy().tolist() for c in columns), strict=True)
-    return np.array([key in keys for key in distinct], dtype=bool)[codes]
-
-
-def _design(
-    features: ScalingFeatures, rows: pd.DataFrame
-) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
-    """Training features, log base and log target. The rows are also seen in the new-GPU view
-    (overhead from other GPU types only) where it differs, so a GPU known from its one-GPU
-    rows is not a situation the correction model has never seen."""
-    X, log_base = features.transform(rows)
-    log_y = np.log(rows["step_time_s"].to_numpy(dtype=float))
-    X_new, log_base_new = features.transform(rows, new_gpu=True)
-    differs = (X_new["overhead_from_other_gpu"] > X["overhead_from_other_gpu"]).to_numpy()
-    return (
-        pd.concat([X, X_new[differs]], ignore_index=True),
-        np.concatenate([log_base, log_base_new[differs]]),
-        np.concatenate([log_y, log_y[differs]]),
-    )
+def _with(law: SyncLaw, spread: int, gamma: float, latency: float, growth: float) -> SyncLaw:
+    latencies, growths = list(law.latency_s), list(law.growth)
+    latencies[spread], growths[spread] = latency, growth
+    return SyncLaw(gamma=gamma, latency_s=tuple(latencies), growth=tuple(growths))

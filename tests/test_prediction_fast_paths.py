@@ -20,7 +20,6 @@ from perfcast import datasets
 from perfcast.datasets import contract
 from perfcast.datasets.contract import SCHEMAS, _normalize_booleans, _passing_table, validate
 from perfcast.errors import ContractError
-from perfcast.features.scaling import ScalingFeatures
 from perfcast.predictor.regressors import SAME_LEAVES_ROWS, QuantileGBM, lgbm_matrix
 
 pytestmark = requires_data
@@ -34,8 +33,10 @@ def gavel_scaling() -> pd.DataFrame:
 def test_boosters_on_a_matrix_predict_exactly_what_the_sklearn_wrapper_does(
     gavel_scaling: pd.DataFrame,
 ) -> None:
-    features = ScalingFeatures().fit(gavel_scaling)
-    X, _ = features.transform(gavel_scaling)
+    numbers = ["num_nodes", "num_gpus", "local_batch_size"]
+    X = np.log(gavel_scaling[numbers].astype(float)).assign(
+        job=pd.Categorical(gavel_scaling["job"]), gpu=pd.Categorical(gavel_scaling["gpu_type"])
+    )
     gbm = QuantileGBM(n_estimators=30).fit(X, np.log(gavel_scaling["step_time_s"]))
     jobs = X["job"].astype(str)
     # an unseen job, a missing one, and the categories in another order than at fit time
