@@ -47,24 +47,67 @@ _NONEMPTY = pa.Check.str_length(min_value=1)
 _FINITE = pa.Check(lambda s: ~s.isin([math.inf, -math.inf]), name="finite")
 _DIGITS = pa.Check.str_matches(r"^[0-9]+$", name="digits")
 
+# Physical bounds of a scaling row: no cluster has more. The contract, the service's request
+# models (serving/rows.py, serving/schemas.py) and so the CLI refuse the same rows with them.
+MAX_GPUS = 65_536  # num_gpus
+MAX_NODES = 8_192  # num_nodes
+MAX_GPUS_PER_NODE = 64  # num_gpus <= MAX_GPUS_PER_NODE * num_nodes
+MAX_LOCAL_BATCH_SIZE = 65_536  # local_batch_size
+MAX_LINK_BW_GBPS = 10_000.0  # intra_node_bw_gbps, inter_node_bw_gbps (GB/s)
+
+
+def at_most_text(column: str, bound: float) -> str:
+    """How a value over a bound is refused, here and by the service: "num_gpus must be <= 65536"."""
+    return f"{column} must be <= {bound:g}"
+
+
+def at_most(column: str, bound: float) -> pa.Check:
+    """`column <= bound`, its failure worded by `at_most_text`."""
+    return pa.Check.le(bound, error=at_most_text(column, bound))
+
+
+def upper_bounds(kind: str) -> dict[str, float]:
+    """The columns of the table `kind` with an upper bound (`at_most`), and the bound."""
+    return {
+        name: check.statistics["max_value"]
+        for name, column in SCHEMAS[kind].columns.items()
+        for check in column.checks
+        if check.name == "less_than_or_equal_to"
+    }
+
+
+def _gpus_per_node(df: pd.DataFrame) -> pd.Series:
+    return df["num_gpus"] <= MAX_GPUS_PER_NODE * df["num_nodes"]
+
+
+GPUS_PER_NODE_RULE = (
+    f"num_gpus must be <= {MAX_GPUS_PER_NODE} * num_nodes ({MAX_GPUS_PER_NODE} GPUs per node)"
+)
+
 SCALING = pa.DataFrameSchema(
     {
         "job": _req(str, _NONEMPTY),
         "gpu_type": _req(str, _NONEMPTY, pa.Check(lambda s: s == s.str.lower(), name="lower_case")),
-        "num_nodes": _req("int64", _GE1),
-        "num_gpus": _req("int64", _GE1),
+        "num_nodes": _req("int64", _GE1, at_most("num_nodes", MAX_NODES)),
+        "num_gpus": _req("int64", _GE1, at_most("num_gpus", MAX_GPUS)),
         "placement": _opt(str, _DIGITS),
-        "local_batch_size": _req("int64", _GE1),
+        "local_batch_size": _req("int64", _GE1, at_most("local_batch_size", MAX_LOCAL_BATCH_SIZE)),
         "amp": _opt("boolean"),
         "step_time_s": _req(float, _POS, _FINITE),
         "sync_time_s": _opt(float, _NONNEG, _FINITE),
         "source": _opt(str),
         "cluster": _opt(str),  # names the links in features.devices.INTERCONNECTS
-        "intra_node_bw_gbps": _opt(float, _POS, _FINITE),  # GB/s, overrides that table
-        "inter_node_bw_gbps": _opt(float, _POS, _FINITE),
+        # GB/s, overrides that table
+        "intra_node_bw_gbps": _opt(
+            float, _POS, _FINITE, at_most("intra_node_bw_gbps", MAX_LINK_BW_GBPS)
+        ),
+        "inter_node_bw_gbps": _opt(
+            float, _POS, _FINITE, at_most("inter_node_bw_gbps", MAX_LINK_BW_GBPS)
+        ),
     },
     checks=[
         pa.Check(lambda df: df["num_gpus"] >= df["num_nodes"], name="num_gpus >= num_nodes"),
+        pa.Check(_gpus_per_node, name="num_gpus per node", error=GPUS_PER_NODE_RULE),
     ],
     coerce=True,
     strict=False,
@@ -387,6 +430,7 @@ def _str_length(values: list, stats: dict) -> bool:
 _FEW_ROW_CHECKS: dict[str, Callable[[list, dict], bool | None]] = {
     "greater_than": lambda vs, st: all(v > st["min_value"] for v in vs),
     "greater_than_or_equal_to": lambda vs, st: all(v >= st["min_value"] for v in vs),
+    "less_than_or_equal_to": lambda vs, st: all(v <= st["max_value"] for v in vs),
     "in_range": _in_range,
     "str_length": _str_length,
     "isin": lambda vs, st: all(v in st["allowed_values"] for v in vs),
@@ -533,6 +577,9 @@ _FEW_ROW_TABLE_CHECKS: dict[str, Callable[[dict[str, list]], bool]] = {
     "num_gpus >= num_nodes": lambda cols: all(
         g >= n for g, n in zip(cols["num_gpus"], cols["num_nodes"], strict=True)
     ),
+    "num_gpus per node": lambda cols: all(
+        g <= MAX_GPUS_PER_NODE * n for g, n in zip(cols["num_gpus"], cols["num_nodes"], strict=True)
+    ),
 }
 
 
@@ -635,6 +682,8 @@ def _contract_error(cases: pd.DataFrame, kind: str, source: str | None) -> Contr
         row = None if index is None or pd.isna(index) else int(index) + 1
         value = case.failure_case
         what = "missing value" if pd.isna(value) else f"value {value!r} fails {case.check}"
+        if " must be " in str(case.check) and not pd.isna(value):  # a bound (`at_most`)
+            what = f"{case.check}, got {value!r}"
         if case.check == "not_nullable":
             what = "missing value in a required column"
         text = f"row {row}, column {case.column!r}: {what}" if row else f"{case.column}: {what}"

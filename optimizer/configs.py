@@ -27,7 +27,15 @@ import numpy as np
 import pandas as pd
 from pandas.api.types import union_categoricals
 
-from perfcast.datasets.contract import validate_prediction_rows, validates_as_is
+from perfcast.datasets.contract import (
+    MAX_GPUS,
+    MAX_GPUS_PER_NODE,
+    MAX_LOCAL_BATCH_SIZE,
+    MAX_NODES,
+    at_most_text,
+    validate_prediction_rows,
+    validates_as_is,
+)
 from perfcast.errors import ContractError, PerfcastError
 from perfcast.optimizer.spread import even_placement
 from perfcast.predictor.backend import TASK_TABLES, PredictionBackend, Task
@@ -56,6 +64,15 @@ class GpuPool:
             raise PerfcastError(f"{where}: gpu_type must be a non-empty lower-case name")
         if self.gpus_per_node < 1 or self.nodes < 1:
             raise PerfcastError(f"{where}: gpus_per_node and nodes must be >= 1")
+        # the contract's bounds of a scaling row: every candidate of the pool is within them
+        # (`checked_candidates` checks one row per pool)
+        for what, value, bound in (
+            ("gpus_per_node", self.gpus_per_node, MAX_GPUS_PER_NODE),
+            ("nodes (num_nodes)", self.nodes, MAX_NODES),
+            ("gpus_per_node * nodes (num_gpus)", self.gpus_per_node * self.nodes, MAX_GPUS),
+        ):
+            if value > bound:
+                raise PerfcastError(f"{where}: {at_most_text(what, bound)}, got {value}")
         price = self.price_per_gpu_hour
         if price is not None and not (math.isfinite(price) and price >= 0):
             raise PerfcastError(f"{where}: price_per_gpu_hour must be >= 0, got {price}")
@@ -107,6 +124,9 @@ def enumerate_candidates(
     sizes = np.unique(np.asarray(local_batch_sizes, dtype=np.int64))
     if sizes.size == 0 or sizes[0] < 1:
         raise PerfcastError("local_batch_sizes must be a non-empty list of integers >= 1")
+    if sizes[-1] > MAX_LOCAL_BATCH_SIZE:
+        text = at_most_text("local_batch_size", MAX_LOCAL_BATCH_SIZE)
+        raise PerfcastError(f"local_batch_sizes: {text}, got {sizes[-1]}")
     wanted = None if gpu_counts is None else np.unique(np.asarray(gpu_counts, dtype=np.int64))
     if wanted is not None and (wanted.size == 0 or wanted[0] < 1):
         raise PerfcastError("gpu_counts must be a non-empty list of integers >= 1")

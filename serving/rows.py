@@ -2,10 +2,12 @@
 
 One TypedDict per task: each contract column of the task's table (targets left out) becomes a
 field of its JSON type, required or optional as in the contract, with the contract's bounds
-(`>= 1`, `> 0`, `0..100`, digits, one of ...) and, from `COLUMNS` below, a description, its
-unit and an example; the OpenAPI schema shows them. Checks the contract runs on whole tables
-(lower case, unique ids, `num_gpus >= num_nodes`, JSON lists) stay with the contract. Further
-columns are allowed (feature pipelines use them) as strings, finite numbers, booleans or null.
+(`>= 1`, `> 0`, `0..100`, digits, one of ...; an upper bound is refused in the contract's words,
+"num_gpus must be <= 65536") and, from `COLUMNS` below, a description, its unit and an
+example; the OpenAPI schema shows them. Checks the contract runs on whole tables (lower case,
+unique ids, `num_gpus >= num_nodes`, at most 64 GPUs per node, JSON lists) stay with the
+contract. Further columns are allowed (feature pipelines use them) as strings, finite numbers,
+booleans or null.
 
 The contract coerces (a CSV is all text), so on its own it reads `4.5` GPUs as 4, `true` as 1
 and `"4"` as 4. A JSON client says what it means: an integer column takes integers (a whole
@@ -30,9 +32,10 @@ from pydantic import (
     StrictStr,
     WithJsonSchema,
 )
+from pydantic_core import PydanticCustomError
 from typing_extensions import TypedDict
 
-from perfcast.datasets.contract import SCHEMAS
+from perfcast.datasets.contract import SCHEMAS, at_most_text
 from perfcast.predictor.backend import TASK_TABLES
 
 
@@ -161,6 +164,20 @@ Scalar = Annotated[
 ]
 
 
+def at_most(column: str, bound: float) -> BeforeValidator:
+    """Refuses a number over `bound` in the contract's words ("num_gpus must be <= 65536"),
+    before pydantic's own `le` (which the field keeps for its JSON schema's maximum) would
+    answer "Input should be less than or equal to 65536", naming no column."""
+
+    def check(value: object) -> object:
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if number and value > bound:  # type: ignore[operator]
+            raise PydanticCustomError("less_than_equal", at_most_text(column, bound), {"le": bound})
+        return value
+
+    return BeforeValidator(check)
+
+
 def _whole(value: object) -> object:
     # pandas writes a float column of whole numbers as 4.0: that is 4 GPUs, 4.5 is not
     return int(value) if isinstance(value, float) and value.is_integer() else value
@@ -184,6 +201,8 @@ def _bounds(checks: Iterable[Any]) -> dict[str, object]:
             bounds["ge"] = stats["min_value"]
         elif check.name == "greater_than":
             bounds["gt"] = stats["min_value"]
+        elif check.name == "less_than_or_equal_to":  # `contract.at_most`: worded as there
+            bounds["le"] = stats["max_value"]
         elif check.name == "in_range":
             bounds["ge"], bounds["le"] = stats["min_value"], stats["max_value"]
         elif check.name == "str_length" and stats.get("min_value") is not None:
@@ -193,11 +212,14 @@ def _bounds(checks: Iterable[Any]) -> dict[str, object]:
     return bounds
 
 
-def _value_type(json_type: str, bounds: dict[str, object]) -> object:
+def _value_type(name: str, json_type: str, bounds: dict[str, object]) -> object:
+    # a bound's own words run first (the last BeforeValidator is the outermost)
+    most = [at_most(name, bounds["le"])] if "le" in bounds else []  # type: ignore[arg-type]
     if json_type == "integer":
-        return Annotated[Annotated[int, Field(strict=True, **bounds)], BeforeValidator(_whole)]
+        value = Annotated[int, Field(strict=True, **bounds)]
+        return Annotated[value, BeforeValidator(_whole), *most]
     if json_type == "number":
-        return Annotated[float, Field(strict=True, allow_inf_nan=False, **bounds)]
+        return Annotated[float, Field(strict=True, allow_inf_nan=False, **bounds), *most]
     if json_type == "boolean":
         return StrictBool
     return Annotated[str, Field(strict=True, **bounds)]
@@ -205,7 +227,7 @@ def _value_type(json_type: str, bounds: dict[str, object]) -> object:
 
 def _field(name: str, json_type: str, bounds: dict, required: bool, choices: list | None):
     doc = column(name)
-    value = _value_type(json_type, bounds)
+    value = _value_type(name, json_type, bounds)
     if choices:
         value = Literal[tuple(choices)]  # type: ignore[valid-type]
     unit = f" Unit: {doc.unit}." if doc.unit else ""

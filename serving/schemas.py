@@ -9,11 +9,28 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, NotRequired, Required
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 from typing_extensions import TypedDict
 
+from perfcast.datasets.contract import (
+    MAX_GPUS,
+    MAX_GPUS_PER_NODE,
+    MAX_LOCAL_BATCH_SIZE,
+    MAX_NODES,
+    at_most_text,
+    upper_bounds,
+)
 from perfcast.predictor.backend import PER_SAMPLE_TASKS, TASK_TABLES
-from perfcast.serving.rows import ROW_TYPES, Scalar, column, example_row
+from perfcast.serving.rows import ROW_TYPES, Scalar, at_most, column, example_row
 from perfcast.serving.settings import MAX_ROWS
 
 # JSON numbers as sent: an integer field takes no 4.5, true or "4"; no float field takes NaN
@@ -25,8 +42,38 @@ Name = Annotated[str, Field(min_length=1, max_length=200)]
 GpuType = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_.\-]*$", max_length=64)]
 Positive = Annotated[Number, Field(gt=0)]
 NonNegative = Annotated[Number, Field(ge=0)]
-BatchSize = Annotated[StrictInt, Field(ge=1, le=2**20)]
-GpuCount = Annotated[StrictInt, Field(ge=1, le=2**18)]
+BatchSize = Annotated[StrictInt, Field(ge=1, le=2**20)]  # a global batch
+# the scaling rows' physical bounds (datasets/contract.py), worded as the contract words them
+LocalBatchSize = Annotated[
+    StrictInt,
+    Field(ge=1, le=MAX_LOCAL_BATCH_SIZE),
+    at_most("local_batch_size", MAX_LOCAL_BATCH_SIZE),
+]
+
+
+def _gpus(name: str, least: int = 1) -> object:
+    return Annotated[StrictInt, Field(ge=least, le=MAX_GPUS), at_most(name, MAX_GPUS)]
+
+
+def _per_node(name: str) -> object:
+    return Annotated[StrictInt, Field(ge=1, le=MAX_GPUS_PER_NODE), at_most(name, MAX_GPUS_PER_NODE)]
+
+
+GpuCount = _gpus("num_gpus")
+
+
+_SCALING_BOUNDS = upper_bounds("scaling")
+
+
+def _within_bounds(row: Row) -> Row:
+    """A job description's scaling columns within the contract's bounds (its link bandwidths,
+    a local batch size): refused here, naming the column, not in a row the service makes."""
+    for name, bound in _SCALING_BOUNDS.items():
+        value = row.get(name)
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if number and value > bound:  # type: ignore[operator]
+            raise PydanticCustomError("less_than_equal", at_most_text(name, bound), {"le": bound})
+    return row
 
 
 class _Model(BaseModel):
@@ -126,13 +173,20 @@ PREDICT_MODELS = {task: _predict_models(task) for task in TASK_TABLES}
 
 class GpuPoolIn(_Model):
     gpu_type: GpuType
-    gpus_per_node: Annotated[StrictInt, Field(ge=1, le=64)]
+    gpus_per_node: _per_node("gpus_per_node")  # type: ignore[valid-type]
     nodes: Annotated[StrictInt, Field(ge=1, le=4096)]
     price_per_gpu_hour: NonNegative | None = Field(
         default=None,
         description="price of one GPU for one hour, in any currency; costs are in that currency",
         json_schema_extra={"x-unit": "currency/GPU-hour"},
     )
+
+    @model_validator(mode="after")
+    def _gpus(self) -> GpuPoolIn:
+        if self.gpus_per_node * self.nodes > MAX_GPUS:  # its candidates' num_gpus
+            text = at_most_text("gpus_per_node * nodes (num_gpus)", MAX_GPUS)
+            raise PydanticCustomError("less_than_equal", text, {"le": MAX_GPUS})
+        return self
 
 
 class WorkIn(_Model):
@@ -154,7 +208,7 @@ class RecommendRequest(_Model):
         "(workload name), plus e.g. `amp` and model features the predictor uses."
     )
     pools: Annotated[list[GpuPoolIn], Field(min_length=1, max_length=16)]
-    local_batch_sizes: Annotated[list[BatchSize], Field(min_length=1, max_length=64)]
+    local_batch_sizes: Annotated[list[LocalBatchSize], Field(min_length=1, max_length=64)]
     objective: Literal["min_time", "min_cost", "max_throughput_per_gpu"] = "min_time"
     work: WorkIn | None = None
     deadline_s: Positive | None = Field(
@@ -190,6 +244,11 @@ class RecommendRequest(_Model):
             ]
         },
     )
+
+    @field_validator("job")
+    @classmethod
+    def _job_bounds(cls, job: Row) -> Row:
+        return _within_bounds(job)
 
     @model_validator(mode="after")
     def _valid(self) -> RecommendRequest:
@@ -255,7 +314,7 @@ class RecommendResponse(_Model):
 
 
 class ThroughputPoint(_Model):
-    num_gpus: Annotated[StrictInt, Field(ge=1, le=2**18)]
+    num_gpus: GpuCount
     batch_size: BatchSize = Field(description="global batch size")
     samples_per_s: NonNegative
 
@@ -265,16 +324,23 @@ class AllocateJob(_Model):
     `job` on `gpu_type` for each local batch size in `local_batch_sizes`."""
 
     job_id: Name
-    min_gpus: Annotated[StrictInt, Field(ge=0, le=2**18)] = 0
-    max_gpus: Annotated[StrictInt, Field(ge=1, le=2**18)] | None = None
+    min_gpus: _gpus("min_gpus", least=0) = 0  # type: ignore[valid-type]
+    max_gpus: _gpus("max_gpus") | None = None  # type: ignore[valid-type]
     weight: Positive = 1.0
     throughput: Annotated[list[ThroughputPoint], Field(min_length=1, max_length=10_000)] | None = (
         None
     )
     job: Row | None = None
     gpu_type: GpuType | None = None
-    local_batch_sizes: Annotated[list[BatchSize], Field(min_length=1, max_length=64)] | None = None
-    gpus_per_node: Annotated[StrictInt, Field(ge=1, le=64)] = 8
+    local_batch_sizes: (
+        Annotated[list[LocalBatchSize], Field(min_length=1, max_length=64)] | None
+    ) = None
+    gpus_per_node: _per_node("gpus_per_node") = 8  # type: ignore[valid-type]
+
+    @field_validator("job")
+    @classmethod
+    def _job_bounds(cls, job: Row | None) -> Row | None:
+        return None if job is None else _within_bounds(job)
 
     @model_validator(mode="after")
     def _one_source(self) -> AllocateJob:
@@ -291,7 +357,7 @@ class AllocateJob(_Model):
 
 
 class AllocateRequest(_Model):
-    total_gpus: Annotated[StrictInt, Field(ge=0, le=65_536)]
+    total_gpus: _gpus("total_gpus", least=0)  # type: ignore[valid-type]
     jobs: Annotated[list[AllocateJob], Field(min_length=1, max_length=10_000)]
 
     model_config = ConfigDict(
@@ -321,6 +387,20 @@ class AllocateRequest(_Model):
         },
     )
 
+    @model_validator(mode="after")
+    def _nodes(self) -> AllocateRequest:
+        for job in self.jobs:  # a predicted job's GPUs go on as few nodes as hold them
+            gpus = min(job.max_gpus or self.total_gpus, self.total_gpus)
+            if job.job is not None and -(-gpus // job.gpus_per_node) > MAX_NODES:
+                most = MAX_NODES * job.gpus_per_node
+                raise PydanticCustomError(
+                    "less_than_equal",
+                    f"job {job.job_id!r}: {at_most_text('num_nodes', MAX_NODES)}; give it "
+                    f"max_gpus <= {most} or more gpus_per_node",
+                    {"le": MAX_NODES},
+                )
+        return self
+
 
 class JobAllocation(_Model):
     job_id: str
@@ -344,7 +424,7 @@ class AllocateResponse(_Model):
 class NodeIn(_Model):
     name: Name
     gpu_type: GpuType
-    gpus: Annotated[StrictInt, Field(ge=1, le=64)]
+    gpus: _per_node("gpus")  # type: ignore[valid-type]
     gpu_memory_mb: Positive
 
 
@@ -354,6 +434,11 @@ class PlaceJobIn(_Model):
     num_gpus: Annotated[StrictInt, Field(ge=1, le=4096)]
     persistent_mem_mb: NonNegative = 0.0
     ephemeral_mem_mb: NonNegative = 0.0
+
+    @field_validator("features")
+    @classmethod
+    def _features_bounds(cls, features: Row) -> Row:
+        return _within_bounds(features)
 
 
 class PlaceRequest(_Model):

@@ -136,6 +136,14 @@ def _value(task: str, name: str) -> st.SearchStrategy:
         return st.just(example_row(task).get(name, "x") if name != "placement" else "4")
     if kind == "number" and any(c.name == "in_range" for c in spec.checks):
         return st.floats(0, 100, allow_nan=False)
+    most = next(  # a physical bound of the contract (`contract.at_most`)
+        (c.statistics["max_value"] for c in spec.checks if c.name == "less_than_or_equal_to"),
+        None,
+    )
+    if most is not None and kind == "integer":
+        return st.integers(1, int(most))
+    if most is not None and kind == "number":
+        return st.floats(0.5, most, allow_nan=False)
     return _VALUES[kind]
 
 
