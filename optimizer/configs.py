@@ -325,10 +325,11 @@ def _joined(out: pd.DataFrame, new: dict[str, np.ndarray]) -> pd.DataFrame:
 
 _QUANTILES = ("", "_p10", "_p90")
 # What `score_candidates` adds that ranking does not read of every candidate: the intervals
-# and the efficiencies, read for the answer's few rows.
+# and the efficiencies, read for the answer's few rows. The p90 total time (and the p10
+# throughput it comes from) is ranking's: `min_time` ranks by it, a deadline is checked on it.
 _ANSWER_ONLY = frozenset(
-    {"throughput_p10", "throughput_p90", "total_time_s_p10", "total_time_s_p90"}
-    | {"cost_p10", "cost_p90", *(f"scaling_efficiency{q}" for q in _QUANTILES)}
+    {"throughput_p90", "total_time_s_p10", "cost_p10", "cost_p90"}
+    | {f"scaling_efficiency{q}" for q in _QUANTILES}
 )
 
 
@@ -340,10 +341,13 @@ def _score_columns(
     ranked_only: bool = False,
 ) -> dict[str, np.ndarray]:
     """The columns `score_candidates` adds to the candidates `out`, as arrays; `ranked_only`:
-    of the medians only, no efficiency (the intervals and efficiencies of 10^5 candidates
-    are read for the answer's few rows). `reference`: each row's one-GPU throughput where
-    `out` is some of the candidates (else found among `out`)."""
-    quantiles = ("",) if ranked_only else _QUANTILES
+    the medians and the p90 total time (with the p10 throughput it comes from) only, no
+    efficiency (the other intervals and the efficiencies of 10^5 candidates are read for the
+    answer's few rows). `reference`: each row's one-GPU throughput where `out` is some of the
+    candidates (else found among `out`)."""
+    # (a quantile, the opposite one it comes from): a throughput's p10 comes from the step
+    # time's p90, a time's p90 from the throughput's p10; ranking reads the median and p90 time
+    opposites = (("", ""), ("_p10", "_p90"), ("_p90", "_p10"))
     step = {q: pred[f"step_time_s{q}"].to_numpy(dtype=float) for q in _QUANTILES}
     gpus = out["num_gpus"].to_numpy()
     global_batch = gpus * out["local_batch_size"].to_numpy()
@@ -356,19 +360,19 @@ def _score_columns(
         text = isinstance(flags.dtype, pd.StringDtype | pd.CategoricalDtype)
         new["flags"] = flags.array if text else flags.to_numpy()
     # samples/s; the p10 of throughput comes from the p90 of step time
-    for q, s in (("", ""), ("_p10", "_p90"), ("_p90", "_p10"))[: len(quantiles)]:
+    for q, s in opposites[:2] if ranked_only else opposites:
         new[f"throughput{q}"] = global_batch / step[s]
     new["throughput_per_gpu"] = new["throughput"] / gpus
     if not ranked_only:
         if reference is None:
             reference = _single_gpu_throughput(out, new["throughput"])
-        for q in quantiles:
+        for q in _QUANTILES:
             # per-GPU throughput ÷ one GPU's median throughput (same type and local batch)
             per_gpu = new[f"throughput{q}"] / gpus if q else new["throughput_per_gpu"]
             new[f"scaling_efficiency{q}"] = per_gpu / reference
     price = out["price_per_gpu_hour"].to_numpy(dtype=float)
     # a total time's p10 comes from the p10 step time, i.e. the p90 throughput
-    for q, opposite in (("", ""), ("_p10", "_p90"), ("_p90", "_p10"))[: len(quantiles)]:
+    for q, opposite in opposites[::2] if ranked_only else opposites:
         if work is None:
             seconds = np.full(len(out), np.nan)
         elif work.samples is not None:
@@ -376,6 +380,8 @@ def _score_columns(
         else:
             seconds = work.iterations * step[q]
         new[f"total_time_s{q}"] = seconds
+        if ranked_only and q:
+            continue  # the cost's interval: the answer's rows only
         cost = seconds / 3600  # then * gpus * price, in place
         cost *= gpus
         cost *= price
@@ -408,8 +414,8 @@ def _size_codes(sizes: np.ndarray) -> tuple[np.ndarray, int]:
 def _rank_columns(objective: Objective, deadline: bool) -> tuple[list[str], list[bool]]:
     if deadline:  # meet the deadline with the fewest resources: cheapest, else fewest GPUs
         return ["cost", "num_gpus", "total_time_s"], [True, True, True]
-    if objective == "min_time":
-        return ["total_time_s", "num_gpus", "num_nodes"], [True, True, True]
+    if objective == "min_time":  # the p90 time: what the configuration can be vouched for
+        return ["total_time_s_p90", "num_gpus", "num_nodes"], [True, True, True]
     if objective == "min_cost":
         return ["cost", "total_time_s"], [True, True]
     return ["throughput_per_gpu", "throughput"], [False, False]
@@ -430,8 +436,17 @@ def recommend(
 ) -> Recommendation:
     """The `top_k` configurations for `job` by `objective`, best first, each with a reason.
 
-    With `deadline_s`, only configurations whose p90 total time meets it are kept, ranked by
-    cost (fewest GPUs when unpriced); `max_cost` drops those whose predicted cost exceeds it.
+    `min_time` ranks by the p90 total time, a risk-aware time, not the median: a
+    configuration the model extrapolates to (a new job, GPU type or spread, flagged) has a
+    wider interval than a measured one, so of two with the same median time the measured one
+    ranks first; ties go to fewer GPUs, then fewer nodes. `min_cost` ranks by the median
+    cost, `max_throughput_per_gpu` by the median samples/s per GPU. With `deadline_s`, only
+    configurations whose p90 total time meets it are kept, ranked by cost (fewest GPUs when
+    unpriced); `max_cost` drops those whose predicted cost exceeds it. Each reason says
+    whether the step time is measured (no flags), near a measurement (only
+    `extrapolated_batch` or only `extrapolated_gpus`) or extrapolated (`new_job`,
+    `new_gpu_type`, `unmeasured_config`, `no_interconnect_facts`, any other flag, or both of
+    those two): `_provenance`.
     """
     if objective not in OBJECTIVES:
         raise PerfcastError(f"unknown objective {objective!r}; expected one of {OBJECTIVES}")
@@ -706,7 +721,7 @@ def _reasons(
     max_cost: float | None,
 ) -> list[str]:
     headline = {
-        "min_time": "fastest",
+        "min_time": "fastest at p90",
         "min_cost": "cheapest",
         "max_throughput_per_gpu": "most samples/s per GPU",
     }[objective]
@@ -719,19 +734,46 @@ def _reasons(
     rows = _reason_records(top)
     for rank, row in enumerate(rows, start=1):
         what = headline if rank == 1 else f"#{rank}"
+        # per-GPU throughput over one GPU's: the scaling model keeps T(n) >= T(1), above 1
+        # only by rounding; a backend of measured step times goes above it by their noise
+        # (1.02 on Pollux's imagenet). Shown as at most perfect scaling; the column keeps it.
+        efficiency = 1.0 if row.scaling_efficiency > 1 else row.scaling_efficiency
         text = (
             f"{what}: {row.num_gpus}×{row.gpu_type} on {row.num_nodes} node(s), "
-            f"{row.throughput:.0f} samples/s, {row.scaling_efficiency:.0%} scaling efficiency"
+            f"{row.throughput:.0f} samples/s, {efficiency:.0%} scaling efficiency"
         )
         if np.isfinite(row.total_time_s):
             text += f", {row.total_time_s:.0f} s"
+            if np.isfinite(row.total_time_s_p90):
+                text += f" (p90 {row.total_time_s_p90:.0f} s)"
         if np.isfinite(row.cost):
             text += f", ${row.cost:.2f}"
         if rank > 1:
             text += _versus_first(rows[0], row, objective, deadline_s)
         text += related.spread_penalty(row)
+        text += _provenance(row.flags)
         reasons.append(text)
     return reasons
+
+
+# Flags of a step time one step from a measurement (`predictor.base.FLAGS`): alone, the
+# configuration is a measured one at another local batch, or at more GPUs than measured.
+_NEAR_FLAGS = frozenset({"extrapolated_batch", "extrapolated_gpus"})
+
+
+def _provenance(flags: object) -> str:
+    """What a configuration's step time rests on, from its `flags` (comma-separated tokens):
+    measured (none), near a measurement (`extrapolated_batch` or `extrapolated_gpus` alone)
+    or extrapolated (a new job, GPU type or synchronization, links assumed, any other token,
+    or both of those two); nothing where the backend gave no flags (not text)."""
+    if not isinstance(flags, str):
+        return ""
+    tokens = {token.strip() for token in flags.split(",")} - {""}
+    if not tokens:
+        return "; step time measured"
+    if len(tokens) == 1 and tokens <= _NEAR_FLAGS:
+        return "; step time near a measurement"
+    return "; step time extrapolated"
 
 
 # The columns a reason reads of its row.
@@ -744,14 +786,18 @@ _REASON_COLUMNS = (
     "throughput_per_gpu",
     "scaling_efficiency",
     "total_time_s",
+    "total_time_s_p90",
     "cost",
+    "flags",
 )
 
 
 def _reason_records(top: pd.DataFrame) -> list[SimpleNamespace]:
     """The rows of `top` as records of `_REASON_COLUMNS`, each value the Python scalar
-    `itertuples` gives, without slicing the frame once per column of ~35 (~2 ms)."""
-    values = [top[name].tolist() for name in _REASON_COLUMNS]
+    `itertuples` gives, without slicing the frame once per column of ~35 (~2 ms); `flags`
+    None where the backend gave none."""
+    none = [None] * len(top)
+    values = [top[name].tolist() if name in top else none for name in _REASON_COLUMNS]
     rows = zip(*values, strict=True)
     return [SimpleNamespace(**dict(zip(_REASON_COLUMNS, row, strict=True))) for row in rows]
 
@@ -759,13 +805,17 @@ def _reason_records(top: pd.DataFrame) -> list[SimpleNamespace]:
 def _versus_first(
     first: SimpleNamespace, row: object, objective: Objective, deadline_s: float | None
 ) -> str:
-    column = {"min_time": "total_time_s", "min_cost": "cost"}.get(objective, "throughput_per_gpu")
+    column = {"min_time": "total_time_s_p90", "min_cost": "cost"}.get(
+        objective, "throughput_per_gpu"
+    )  # what the objective ranks by
     if deadline_s is not None:
         column = "cost" if np.isfinite(first.cost) else "num_gpus"
     ref, value = float(getattr(first, column)), float(getattr(row, column))
     if not (np.isfinite(ref) and ref > 0):
         return ""
-    label = {"total_time_s": "time", "throughput_per_gpu": "samples/s per GPU"}.get(column, column)
+    label = {"total_time_s_p90": "p90 time", "throughput_per_gpu": "samples/s per GPU"}.get(
+        column, column
+    )
     return f" ({value / ref - 1:+.0%} {label} vs #1)"
 
 

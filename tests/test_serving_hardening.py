@@ -385,8 +385,9 @@ def test_recommend_answers_a_diverse_pareto_set_not_near_duplicates(models) -> N
         models,
         kwargs["work"],
     )
-    assert top["total_time_s"].iloc[0] == pytest.approx(every["total_time_s"].min())
-    assert top["total_time_s"].is_monotonic_increasing and top["num_gpus"].nunique() == 5
+    # min_time ranks by the p90 time; the front is of the median time, cost and GPUs
+    assert top["total_time_s_p90"].iloc[0] == pytest.approx(every["total_time_s_p90"].min())
+    assert top["total_time_s_p90"].is_monotonic_increasing and top["num_gpus"].nunique() == 5
     assert top["num_gpus"].max() >= 2 * top["num_gpus"].min()  # not 32, 31, 30, 29, 28
     for row in top.iloc[1:].itertuples():  # none is beaten on time, cost and GPUs at once
         better = (
