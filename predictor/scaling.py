@@ -33,6 +33,7 @@ import pandas as pd
 from sklearn.isotonic import IsotonicRegression
 
 from perfcast.datasets.contract import few_row_columns, validate
+from perfcast.errors import ContractError
 from perfcast.features.devices import DEVICES, canonical_device, interconnect_of
 from perfcast.features.scaling import nominal_gradient_bytes
 from perfcast.predictor.base import TaskPredictor, flags_categorical, flags_column, interval_columns
@@ -140,6 +141,7 @@ class ScalingPredictor(TaskPredictor):
         one = Rows.of(self.rows_)
         self._fit_compute(self.rows_, one)
         self.speed_exponents_ = _speed_exponents(self.curves_)
+        self._fit_compute_prior()
         self.law_ = self._choose_law(one)
         self._fit_bytes(one)
         self._fit_priors()
@@ -382,8 +384,15 @@ class ScalingPredictor(TaskPredictor):
         if len(y) >= 8:
             self.prior_ = make_regressor(self.model, random_state=self.random_state)
             self.prior_.fit(X[PRIOR_FEATURES], y)
-        refs = np.array([c.reference() for c in self.curves_.values()])
+
+    def _fit_compute_prior(self) -> None:
+        """The compute of a job never measured: the median per-sample and fixed seconds of
+        the measured jobs at speed index 1 (no job feature has told them apart better on
+        so few jobs)."""
+        refs = np.array([c.reference() for c in self.curves_.values()]).reshape(-1, 2)
         speeds = np.array([self._speed(g) for _, g in self.curves_])
+        if not len(refs):
+            raise ContractError("scaling training rows need one-GPU rows of at least one job")
         self.compute_prior_ = (
             float(np.exp(np.median(np.log(refs[:, 0]) + speeds))),
             float(np.exp(np.median(np.log(refs[:, 1]) + speeds))),
