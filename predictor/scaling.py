@@ -55,7 +55,9 @@ PRIOR_FEATURES = ["spread", "log_nominal_bytes", "log_per_sample_ref", "log_fixe
 
 @dataclass(frozen=True)
 class Rows:
-    """The columns the model reads, as arrays (from a frame or a few records alike)."""
+    """The columns the model reads, as arrays (from a frame or a few records alike); each
+    text column also as integer codes, so that 10^5 candidates are grouped without hashing
+    a string per row."""
 
     job: np.ndarray  # object
     gpu: np.ndarray  # object, canonical device names
@@ -66,20 +68,21 @@ class Rows:
     intra: np.ndarray  # GB/s, NaN where unknown
     inter: np.ndarray
     params_m: np.ndarray  # NaN where not given
+    codes: dict[str, np.ndarray]  # "job", "gpu", "cluster": codes of the text columns
 
     @classmethod
     def of(cls, rows: pd.DataFrame | Mapping[str, list]) -> Rows:
         n = len(rows["job"])
 
-        def text(name: str, default: str = "") -> np.ndarray:
+        def text(name: str) -> tuple[np.ndarray, np.ndarray]:
             if name not in rows:
-                return np.full(n, default, dtype=object)
+                return np.zeros(n, dtype=np.int64), np.array([""], dtype=object)
             values = rows[name]
-            if isinstance(values, pd.Series):
-                codes, uniques = pd.factorize(values, use_na_sentinel=True)
-                names = np.array([str(u) for u in uniques] + [default], dtype=object)
-                return names[codes]
-            return np.array([default if v is None or v != v else str(v) for v in values], object)
+            if not isinstance(values, pd.Series):
+                values = pd.Series(np.array(values, dtype=object))
+            codes, uniques = pd.factorize(values, use_na_sentinel=True)
+            names = np.array([str(u) for u in uniques] + [""], dtype=object)
+            return np.where(codes < 0, len(uniques), codes).astype(np.int64), names
 
         def number(name: str) -> np.ndarray:
             if name not in rows:
@@ -89,31 +92,61 @@ class Rows:
                 return pd.to_numeric(values, errors="coerce").to_numpy(dtype=float)
             return np.array([np.nan if v is None else v for v in values], dtype=float)
 
-        gpu = text("gpu_type")
-        canonical = {g: canonical_device(g) for g in set(gpu.tolist())}
-        gpu = np.array([canonical[g] for g in gpu], dtype=object)
-        cluster = text("cluster")
+        job_code, job_names = text("job")
+        gpu_code, gpu_names = text("gpu_type")
+        gpu_names = np.array([canonical_device(g) for g in gpu_names], dtype=object)
+        cluster_code, cluster_names = text("cluster")
         intra, inter = number("intra_node_bw_gbps"), number("inter_node_bw_gbps")
-        pairs = list(zip(gpu.tolist(), cluster.tolist(), strict=True))
-        facts = {key: interconnect_of(*key) for key in set(pairs)}
-        table = np.array([facts[key] for key in pairs], dtype=float)
-        table = table.reshape(-1, 2)
-        intra = np.where(intra > 0, intra, table[:, 0])
-        inter = np.where(inter > 0, inter, table[:, 1])
+        group, first = _groups(gpu_code, cluster_code)
+        facts = np.array(
+            [
+                interconnect_of(gpu_names[gpu_code[i]], cluster_names[cluster_code[i]])
+                for i in first
+            ],
+            dtype=float,
+        ).reshape(-1, 2)[group]
         return cls(
-            job=text("job"),
-            gpu=gpu,
-            cluster=cluster,
+            job=job_names[job_code],
+            gpu=gpu_names[gpu_code],
+            cluster=cluster_names[cluster_code],
             gpus=number("num_gpus"),
             nodes=number("num_nodes"),
             batch=number("local_batch_size"),
-            intra=intra,
-            inter=inter,
+            intra=np.where(intra > 0, intra, facts[:, 0]),
+            inter=np.where(inter > 0, inter, facts[:, 1]),
             params_m=number("params_m"),
+            codes={"job": job_code, "gpu": gpu_code, "cluster": cluster_code},
         )
 
     def nominal_bytes(self) -> np.ndarray:
         return nominal_gradient_bytes(self.job, self.params_m)
+
+
+def _groups(*codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(group of each row, first row of each group) of the combinations of integer codes,
+    groups numbered in the order of their keys; by a table of every key where the keys are
+    few (10^5 candidates: a few jobs, GPU types and clusters), else by sorting."""
+    key = np.zeros(len(codes[0]), dtype=np.int64)
+    for code in codes:
+        code = np.asarray(code, dtype=np.int64)
+        key = key * (int(code.max(initial=0)) + 1) + code
+    size = int(key.max(initial=0)) + 1
+    if size > 4 * len(key) + 64:
+        _, first, group = np.unique(key, return_index=True, return_inverse=True)
+        return group.reshape(-1), first
+    present = np.zeros(size, dtype=bool)
+    present[key] = True
+    group = (np.cumsum(present) - 1)[key]
+    first = np.empty(int(present.sum()), dtype=np.int64)
+    first[group[::-1]] = np.arange(len(key) - 1, -1, -1)  # the last write: the first row
+    return group, first
+
+
+def _members(group: np.ndarray) -> list[np.ndarray]:
+    """The rows of each group, in group order (a radix sort of the small group numbers)."""
+    small = group.astype(np.int16) if group.max(initial=0) < 2**15 else group
+    order = np.argsort(small, kind="stable")
+    return np.split(order, np.cumsum(np.bincount(group))[:-1])
 
 
 class ScalingPredictor(TaskPredictor):
@@ -193,6 +226,7 @@ class ScalingPredictor(TaskPredictor):
             zip(arrays.job[multi], arrays.cluster[multi], arrays.gpu[multi],
                 arrays.nodes[multi] > 1, strict=True)
         )  # fmt: skip
+        self.measured_anywhere_ = {(j, g, x) for j, _, g, x in self.measured_places_}
 
     def _speed(self, gpu: str) -> float:
         """log speed index of a GPU type: kf log FP32 peak + kb log memory bandwidth (the
@@ -385,6 +419,13 @@ class ScalingPredictor(TaskPredictor):
             self.prior_ = make_regressor(self.model, random_state=self.random_state)
             self.prior_.fit(X[PRIOR_FEATURES], y)
 
+    def _measured_at(self, job: str, cluster: str, gpu: str, across: bool) -> bool:
+        """Whether the job's multi-GPU steps were measured on this GPU type with this spread,
+        on this cluster (or on any, for a row naming none)."""
+        if cluster:
+            return (job, cluster, gpu, across) in self.measured_places_
+        return (job, gpu, across) in self.measured_anywhere_
+
     def _fit_compute_prior(self) -> None:
         """The compute of a job never measured: the median per-sample and fixed seconds of
         the measured jobs at speed index 1 (no job feature has told them apart better on
@@ -417,8 +458,8 @@ class ScalingPredictor(TaskPredictor):
         codes, distinct = pd.factorize(keys)
         values, sources, need = [], [], []
         for i, (j, c) in enumerate(distinct):
-            found = self.bytes_.get((j, c, spread))
-            if found is not None:
+            found = self.bytes_.get((j, c, spread)) if c else self.job_bytes_.get((j, spread))
+            if found is not None:  # (a row naming no cluster: the job's median, as measured)
                 values.append(found)
                 sources.append(0)
                 continue
@@ -518,33 +559,36 @@ class ScalingPredictor(TaskPredictor):
         """(log step, compute source, sync source: -1 on one GPU) of the rows `where`."""
         idx = np.arange(len(arrays.job)) if where is None else np.flatnonzero(where)
         job, gpu, batch = arrays.job[idx], arrays.gpu[idx], arrays.batch[idx]
+        codes = {name: code[idx] for name, code in arrays.codes.items()}
         compute = np.empty(len(idx))
         compute_src = np.empty(len(idx), dtype=int)
-        keys = pd.Series(list(zip(job, gpu, strict=True)), dtype=object)
-        codes, distinct = pd.factorize(keys)
-        for code, (j, g) in enumerate(distinct):
-            rows = codes == code
-            compute[rows], compute_src[rows] = self.compute_seconds(j, g, batch[rows])
+        group, first = _groups(codes["job"], codes["gpu"])
+        for i, rows in zip(first, _members(group), strict=True):
+            compute[rows], compute_src[rows] = self.compute_seconds(job[i], gpu[i], batch[rows])
         gpus, nodes = arrays.gpus[idx], arrays.nodes[idx]
         intra = np.where(np.isfinite(arrays.intra[idx]), arrays.intra[idx], PCIE3_GBPS)
         inter = np.where(np.isfinite(arrays.inter[idx]), arrays.inter[idx], ETHERNET_10G_GBPS)
         cluster = arrays.cluster[idx]
-        nominal = arrays.nominal_bytes()[idx]
         sync_src = np.full(len(idx), -1)
         sync = np.zeros(len(idx))
         multi = gpus > 1
         if multi.any():
-            b_one, src_one = self._bytes_of(job[multi], cluster[multi], 0, nominal[multi])
-            b_x, src_x = self._bytes_of(job[multi], cluster[multi], 1, nominal[multi])
+            nominal = arrays.nominal_bytes()[idx][multi]
+            job_code, cluster_code = codes["job"][multi], codes["cluster"][multi]
+            group, first = _groups(job_code, cluster_code)
+            named = (job[multi][first], cluster[multi][first], nominal[first])
+            b_one, src_one = (v[group] for v in self._bytes_of(*named[:2], 0, named[2]))
+            b_x, src_x = (v[group] for v in self._bytes_of(*named[:2], 1, named[2]))
             across = nodes[multi] > 1
             sync[multi] = self.law_.sync_seconds(
                 gpus[multi], nodes[multi], intra[multi], inter[multi], b_one, b_x
             )
             source = np.where(across, np.fmax(src_one, src_x), src_one)
             # bytes fitted on this cluster but never on this GPU type there: not measured
-            places = list(zip(job[multi], cluster[multi], gpu[multi], across, strict=True))
-            codes, distinct = pd.factorize(pd.Series(places, dtype=object))
-            seen = np.array([p in self.measured_places_ for p in distinct], dtype=bool)[codes]
+            group, first = _groups(job_code, cluster_code, codes["gpu"][multi], across)
+            places = zip(job[multi][first], cluster[multi][first], gpu[multi][first],
+                         across[first], strict=True)  # fmt: skip
+            seen = np.array([self._measured_at(*p) for p in places], dtype=bool)[group]
             sync_src[multi] = np.where((source == 0) & ~seen, 1, source)
         step = self.law_.step_seconds(compute, sync)
         return np.log(step), compute_src, sync_src
@@ -596,14 +640,19 @@ class ScalingPredictor(TaskPredictor):
     def _flags(self, arrays: Rows, compute_src: np.ndarray, sync_src: np.ndarray) -> dict:
         multi = arrays.gpus > 1
         known_gpus = {g for _, g in self.curves_}
-        max_gpus = np.array([self.max_gpus_.get(j, 1) for j in arrays.job], dtype=float)
+        group, first = _groups(arrays.codes["job"])
+        max_gpus = np.array([self.max_gpus_.get(j, 1) for j in arrays.job[first]], float)[group]
+        group, first = _groups(arrays.codes["job"], arrays.codes["gpu"])
+        pairs = zip(arrays.job[first], arrays.gpu[first], strict=True)
         ranges = np.array(
-            [self.curves_[(j, g)].range if (j, g) in self.curves_ else (np.nan, np.nan)
-             for j, g in zip(arrays.job, arrays.gpu, strict=True)], dtype=float,
-        ).reshape(-1, 2)  # fmt: skip
+            [self.curves_[p].range if p in self.curves_ else (np.nan, np.nan) for p in pairs],
+            dtype=float,
+        ).reshape(-1, 2)[group]
+        group, first = _groups(arrays.codes["gpu"])
+        new_gpu = np.array([g not in known_gpus for g in arrays.gpu[first]], dtype=bool)[group]
         return {
             "new_job": compute_src == 2,
-            "new_gpu_type": ~np.isin(arrays.gpu, list(known_gpus)),
+            "new_gpu_type": new_gpu,
             "unmeasured_config": multi & (sync_src > 0),
             "extrapolated_gpus": arrays.gpus > max_gpus,
             "extrapolated_batch": (arrays.batch < ranges[:, 0]) | (arrays.batch > ranges[:, 1]),
