@@ -27,7 +27,7 @@ from perfcast.serving.limits import RequestLimitError
 from perfcast.serving.metrics import ServiceMetrics
 from perfcast.serving.middleware import ServiceMiddleware
 from perfcast.serving.models import ModelUnavailableError, ServedModels
-from perfcast.serving.routers import decide, health, predict, query
+from perfcast.serving.routers import decide, health, observe, predict, query
 from perfcast.serving.routers import models as models_routes
 from perfcast.serving.settings import Settings
 from perfcast.serving.ui import routes as ui
@@ -62,6 +62,7 @@ def create_app(settings: Settings | None = None, models: ServedModels | None = N
         query.router,
         predict.router,
         decide.router,
+        observe.router,
         models_routes.router,
         health.router,
         ui.router,

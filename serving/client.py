@@ -116,6 +116,16 @@ class PerfcastClient:
     def place(self, request: dict[str, Any]) -> dict[str, Any]:
         return self._request("POST", "/v1/place", json=request)
 
+    def observe(self, rows: pd.DataFrame | list[dict[str, Any]]) -> dict[str, Any]:
+        """`POST /v1/observe`: measured scaling rows (with `step_time_s`) added to the served
+        scaling champion until its next reload (needs the API key). ContractError naming row
+        and column on a bad row, ModelUnavailableError without a scaling model."""
+        if not isinstance(rows, list):
+            rows = rows.reset_index(drop=True)
+            body = '{"rows":' + rows.to_json(orient="records") + "}"
+            return self._request("POST", "/v1/observe", content=body, task="scaling")
+        return self._request("POST", "/v1/observe", json={"rows": rows}, task="scaling")
+
     def models(self) -> dict[str, Any]:
         return self._request("GET", "/v1/models")
 
@@ -157,7 +167,7 @@ class PerfcastClient:
         if (
             response.status_code == 422
             and isinstance(detail, list)
-            and path.startswith("/v1/predict")
+            and (path.startswith("/v1/predict") or path == "/v1/observe")
         ):
             raise _contract_error(detail, row_offset)
         raise ServiceError(f"{method} {path} answered {response.status_code}: {_text(detail)}")

@@ -3,8 +3,11 @@ optimizer: the in-process backend, restricted to loaded models and counted in th
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -23,10 +26,23 @@ def missing_reason(task: str) -> str:
     )
 
 
+class _Observed(NamedTuple):
+    """A loaded champion with measured rows added (`ServedModels.observe`)."""
+
+    base: object  # the champion as loaded: the observations hold while it is the one loaded
+    champion: object  # a copy of it that took the rows
+    rows: int  # measured rows added to `base` so far
+
+
 class ServedModels:
     """Champions of the served tasks, swapped as a whole on `reload()` so a request never sees
     a half-loaded set. `predict` follows the PredictionBackend protocol, `predict_checked`
-    the optimizer's `CheckedRowsBackend`."""
+    the optimizer's `CheckedRowsBackend`.
+
+    `observe(task, rows)` adds measured rows to a champion: a copy takes them and is swapped in
+    under the reload lock, so a request reads the champion before or after, never one being
+    refitted. The observations live in memory, with the champion they were added to: a reload
+    (or a restart) serves the registry's champions without them."""
 
     def __init__(
         self,
@@ -39,6 +55,8 @@ class ServedModels:
         self._factory = backend_factory
         self._backend = backend_factory(tasks)
         self._missing: list[str] = list(tasks)
+        # by task; replaced as a whole (never changed in place) under the reload lock
+        self._observed: dict[str, _Observed] = {}
         self._reload_lock = threading.Lock()
         # what the service is doing to get its missing models (`perfcast serve` trains them
         # after binding the port); /readyz and the 503s say it
@@ -49,7 +67,7 @@ class ServedModels:
         with self._reload_lock:
             backend = self._factory(self.tasks)
             missing = backend.load_all()
-            self._backend, self._missing = backend, missing
+            self._backend, self._missing, self._observed = backend, missing, {}
             if self.metrics is not None:
                 self.metrics.served(backend.loaded())
             return missing
@@ -59,7 +77,43 @@ class ServedModels:
         return list(self._missing)
 
     def champions(self) -> dict[str, object]:
-        return self._backend.loaded()
+        observed = self._observed
+        return {
+            task: self._with_observed(observed, task, champion)
+            for task, champion in self._backend.loaded().items()
+        }
+
+    @staticmethod
+    def _with_observed(observed: Mapping[str, _Observed], task: str, champion):
+        """`champion` (as loaded), or its copy with the rows observed since it was loaded."""
+        seen = observed.get(task)
+        return seen.champion if seen is not None and seen.base is champion else champion
+
+    def observed_rows(self, task: str) -> int:
+        """Measured rows added to `task`'s loaded champion (0: none since it was loaded)."""
+        seen = self._observed.get(task)
+        if seen is None or seen.base is not self._backend.loaded().get(task):
+            return 0
+        return seen.rows
+
+    def observe(self, task: str, rows: pd.DataFrame) -> tuple[object, int]:
+        """Add measured contract rows to `task`'s champion (its predictor's `observe`): a deep
+        copy takes them, then replaces the champion for the next requests. Returns (the new
+        champion, the rows observed since it was loaded). ContractError on a bad row (nothing
+        changes); ModelUnavailableError without a champion, or one that takes no rows."""
+        with self._reload_lock:  # one change at a time: a reload or another observation
+            current = self.champion(task)
+            if not callable(getattr(current.predictor, "observe", None)):
+                raise ModelUnavailableError(
+                    task, f"its champion ({current.family}) takes no measured rows"
+                )
+            predictor = copy.deepcopy(current.predictor)
+            predictor.observe(rows)
+            champion = dataclasses.replace(current, predictor=predictor)
+            base = self._backend.loaded().get(task)
+            count = self.observed_rows(task) + len(rows)
+            self._observed = {**self._observed, task: _Observed(base, champion, count)}
+            return champion, count
 
     def champion(self, task: str):
         """The loaded champion of `task`, or ModelUnavailableError saying why there is none."""
@@ -67,10 +121,11 @@ class ServedModels:
             raise ModelUnavailableError(
                 task, f"the service does not serve it (PERFCAST_TASKS={','.join(self.tasks)})"
             )
+        observed = self._observed  # read once: a reload or observation may replace it
         champion = self._backend.loaded().get(task)
         if champion is None:
             raise ModelUnavailableError(task, self.reason(task))
-        return champion
+        return self._with_observed(observed, task, champion)
 
     def reason(self, task: str) -> str:
         """Why `task` has no model: its champion failed to load (file and error), or none."""

@@ -241,11 +241,13 @@ def _field(name: str, json_type: str, bounds: dict, required: bool, choices: lis
     return NotRequired[Annotated[value | None, described]]  # null: missing, never zero
 
 
-def _row_type(task: str) -> type:
+def _row_type(task: str, measured: bool = False) -> type:
+    """The task's prediction row; `measured`: with its targets too, required as in the
+    contract (the measured rows `POST /v1/observe` takes)."""
     kind, targets = TASK_TABLES[task]
     fields = {}
     for name, spec in SCHEMAS[kind].columns.items():
-        if name in targets:
+        if name in targets and not measured:
             continue
         choices = next(
             (c.statistics["allowed_values"] for c in spec.checks if c.name == "isin"), None
@@ -255,9 +257,11 @@ def _row_type(task: str) -> type:
         )
     for name, json_type in FEATURES.get(task, {}).items():
         fields[name] = _field(name, json_type, {"ge": 0}, False, None)
-    row = TypedDict(f"{task.capitalize()}Row", fields, total=False, extra_items=Scalar)  # type: ignore[misc]
+    name = f"{task.capitalize()}{'Measured' if measured else ''}Row"
+    row = TypedDict(name, fields, total=False, extra_items=Scalar)  # type: ignore[misc]
+    what = "with" if measured else "without"
     row.__doc__ = (
-        f"One {kind}-table row of the data contract, without the target "
+        f"One {kind}-table row of the data contract, {what} the target "
         f"({', '.join(targets)}); further columns are passed to the model's features."
     )
     row.__pydantic_config__ = ConfigDict(extra="allow")  # type: ignore[attr-defined]
@@ -265,15 +269,18 @@ def _row_type(task: str) -> type:
 
 
 ROW_TYPES: dict[str, type] = {task: _row_type(task) for task in TASK_TABLES}
+# measured scaling rows (their step_time_s too), for `POST /v1/observe`
+MEASURED_SCALING_ROW: type = _row_type("scaling", measured=True)
 
 
-def example_row(task: str) -> dict[str, object]:
-    """A row of the task's required columns, each at its documented example."""
+def example_row(task: str, measured: bool = False) -> dict[str, object]:
+    """A row of the task's required columns (`measured`: its targets too), each at its
+    documented example."""
     kind, targets = TASK_TABLES[task]
     return {
         name: column(name).example
         for name, spec in SCHEMAS[kind].columns.items()
-        if spec.required and name not in targets
+        if spec.required and (measured or name not in targets)
     }
 
 

@@ -30,7 +30,14 @@ from perfcast.datasets.contract import (
     upper_bounds,
 )
 from perfcast.predictor.backend import PER_SAMPLE_TASKS, TASK_TABLES
-from perfcast.serving.rows import ROW_TYPES, Scalar, at_most, column, example_row
+from perfcast.serving.rows import (
+    MEASURED_SCALING_ROW,
+    ROW_TYPES,
+    Scalar,
+    at_most,
+    column,
+    example_row,
+)
 from perfcast.serving.settings import MAX_ROWS
 
 # JSON numbers as sent: an integer field takes no 4.5, true or "4"; no float field takes NaN
@@ -166,6 +173,37 @@ def _predict_models(task: str) -> tuple[type[_Model], type[PredictResponse]]:
 
 
 PREDICT_MODELS = {task: _predict_models(task) for task in TASK_TABLES}
+
+
+# ---- measurements: observe ----------------------------------------------------------------
+
+
+MeasuredRows = Annotated[
+    list[MEASURED_SCALING_ROW],  # type: ignore[valid-type]
+    Field(min_length=1, max_length=MAX_ROWS),
+]
+
+
+class ObserveRequest(_Model):
+    """Measured scaling rows (with `step_time_s`) for the served scaling champion."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"rows": [example_row("scaling", measured=True)]}]},
+    )
+
+    rows: MeasuredRows = Field(
+        description="scaling-contract rows with their measured step_time_s (seconds, > 0)"
+    )
+
+
+class ObserveResponse(_Model):
+    task: Literal["scaling"]
+    observed: int = Field(description="rows this request added")
+    observed_rows: int = Field(
+        description="rows added to the served champion since it was loaded (this request's too)"
+    )
+    model: ModelRef = Field(description="the champion the rows were added to")
 
 
 # ---- one job: recommend ----------------------------------------------------------------
@@ -502,6 +540,11 @@ class ModelInfo(_Model):
     trained_at: str | None = None
     metrics: dict[str, float | None] = Field(default_factory=dict)
     reason: str | None = Field(default=None, description="why no model is loaded")
+    observed_rows: int | None = Field(
+        default=None,
+        description="measured rows added by POST /v1/observe since the champion was loaded "
+        "(in memory only; null for a task whose model takes none)",
+    )
 
 
 class ModelsResponse(_Model):

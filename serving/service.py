@@ -255,6 +255,28 @@ def place(
     )
 
 
+OBSERVED_TASK = "scaling"  # the task whose champion takes measured rows
+
+
+def observe(
+    models: ServedModels, rows: list[dict], settings: Settings | None = None
+) -> schemas.ObserveResponse:
+    """`POST /v1/observe`: measured scaling rows added to the served champion (in memory:
+    until the next reload or restart), which answers the next requests with them."""
+    models.champion(OBSERVED_TASK)  # 503 before any work when there is no model
+    limits.check_predict(rows, settings or Settings())
+    champion, total = models.observe(OBSERVED_TASK, pd.DataFrame.from_records(rows))
+    ref = schemas.ModelRef(
+        task=OBSERVED_TASK,
+        family=champion.family,
+        version=champion.version,
+        run_id=champion.run_id,
+    )
+    return schemas.ObserveResponse(
+        task=OBSERVED_TASK, observed=len(rows), observed_rows=total, model=ref
+    )
+
+
 def models_info(models: ServedModels) -> schemas.ModelsResponse:
     loaded = models.champions()
     infos = []
@@ -272,6 +294,9 @@ def models_info(models: ServedModels) -> schemas.ModelsResponse:
                 run_id=c.run_id,
                 trained_at=c.trained_at,
                 metrics={k: _num(v) for k, v in c.metrics.items()},
+                observed_rows=models.observed_rows(task)
+                if callable(getattr(c.predictor, "observe", None))
+                else None,
             )
         )
     return schemas.ModelsResponse(models=infos)
