@@ -216,6 +216,7 @@ class ScalingPredictor(TaskPredictor):
                 slope = (step[-1] - step[0]) / (batch[-1] - batch[0])
                 shares.append(np.clip((step[0] - slope * batch[0]) / step[0], 0.0, 1.0))
         self.fixed_share_ = float(np.median(shares)) if shares else 0.5
+        knots.update(self._compute_from_multi(rows, arrays, knots))
         self.curves_ = {key: _Curve(b, s, self.fixed_share_) for key, (b, s) in knots.items()}
         self.job_gpus_: dict[str, list[str]] = {}
         for job, gpu in self.curves_:
@@ -227,6 +228,41 @@ class ScalingPredictor(TaskPredictor):
                 arrays.nodes[multi] > 1, strict=True)
         )  # fmt: skip
         self.measured_anywhere_ = {(j, g, x) for j, _, g, x in self.measured_places_}
+
+    def _compute_from_multi(
+        self, rows: pd.DataFrame, arrays: Rows, knots: dict
+    ) -> dict[tuple[str, str], tuple[np.ndarray, np.ndarray]]:
+        """Compute knots of the (job, GPU type)s measured on several GPUs only (a job a live
+        cluster reports at scale, never on one GPU): at each batch, the fastest measured step
+        at the fewest GPUs times the median share of such a step the other jobs' one-GPU
+        time is (a step is never faster than its compute, so compute is below it)."""
+        multi = arrays.gpus > 1
+        table = pd.DataFrame(
+            {
+                "job": arrays.job[multi],
+                "gpu": arrays.gpu[multi],
+                "gpus": arrays.gpus[multi],
+                "batch": arrays.batch[multi],
+                "step": rows["step_time_s"].to_numpy(dtype=float)[multi],
+            }
+        )
+        if table.empty:
+            return {}
+        fewest = table[table["gpus"] == table.groupby(["job", "gpu"])["gpus"].transform("min")]
+        steps = fewest.groupby(["job", "gpu", "batch"], sort=True)["step"].min()
+        shares = [
+            float(np.median(np.interp(part.index.get_level_values(2), *knots[key]) / part))
+            for key, part in steps.groupby(level=[0, 1], sort=False)
+            if key in knots
+        ]
+        share = float(np.clip(np.median(shares), 0.05, 1.0)) if shares else 0.8
+        found = {}
+        for (job, gpu), part in steps.groupby(level=[0, 1], sort=False):
+            if (job, gpu) not in knots:
+                batch = part.index.get_level_values(2).to_numpy(dtype=float)
+                step = IsotonicRegression().fit_transform(batch, part.to_numpy(dtype=float))
+                found[(job, gpu)] = (batch, step * share)
+        return found
 
     def _speed(self, gpu: str) -> float:
         """log speed index of a GPU type: kf log FP32 peak + kb log memory bandwidth (the
