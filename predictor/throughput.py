@@ -2,7 +2,7 @@
 with a GPU-type term, so that every answer obeys the physics of data parallelism by
 construction, one row at a time.
 
-    compute      T_c(b, g)   = a_g + c_g * b                       a_g, c_g >= 0 (seconds)
+    compute      T_c(b, g)   the job's one-GPU step on g, non-decreasing in b
     sync, 1 node S_1(n)      = alpha_1 + B_1 * r(n) / link_1 * (n / 2) ** k_1     n > 1, else 0
     across nodes S_x(n)      = max(S_1(n), alpha_x + B_x * r(n) / link_x * (n / 2) ** k_x)
     step         T           = (T_c ** gamma + S ** gamma) ** (1 / gamma)          gamma >= 1
@@ -10,14 +10,16 @@ construction, one row at a time.
 b: local batch; g: GPU type; n: GPUs; r(n) = 2 (n - 1) / n, what a ring all-reduce moves per
 gradient byte; link_1 the intra-node link, link_x the slower of it and the network (bytes/s);
 B the job's effective gradient bytes (overlap with the backward pass and link efficiency folded
-in); k the growth of synchronization with the GPU count beyond the ring's (latency terms and
-stragglers grow with the GPUs a step waits for); gamma the overlap of compute and
-synchronization (1: none, large: all).
+in); alpha the job's fixed seconds of a synchronizing step (latency, and what costs time on
+several GPUs without moving bytes: a shared input pipeline's contention); k the growth of
+synchronization with the GPU count beyond the ring's (latency terms and stragglers grow with
+the GPUs a step waits for); gamma the overlap of compute and synchronization (1: none,
+large: all). B and alpha are each job's (per cluster and spread), gamma and k every job's.
 
 What follows for every row, with no guard and no other row involved:
 - T(n GPUs) >= T(1 GPU) = T_c: never super-linear (S >= 0);
 - T is non-decreasing in n, in spreading over nodes (S_x >= S_1) and in slower links;
-- T is non-decreasing in the local batch (a, c >= 0);
+- T is non-decreasing in the local batch (so is T_c);
 - a GPU whose compute parameters are no larger is never slower at the same links
   (`predictor.scaling` orders the parameters by datasheet).
 """
@@ -35,15 +37,14 @@ ETHERNET_10G_GBPS = 1.25
 @dataclass(frozen=True)
 class SyncLaw:
     """The parameters every job shares: overlap `gamma` and, per spread (0: one node, 1:
-    across nodes), the fixed seconds of a synchronizing step and the growth with GPUs."""
+    across nodes), the growth of synchronization with the GPU count."""
 
     gamma: float = 1.0
-    latency_s: tuple[float, float] = (0.0, 0.0)
     growth: tuple[float, float] = (0.0, 0.0)
 
     def __post_init__(self) -> None:
-        if not self.gamma >= 1.0 or min(*self.latency_s, *self.growth) < 0:
-            raise ValueError(f"a sync law needs gamma >= 1 and non-negative terms: {self}")
+        if not self.gamma >= 1.0 or min(self.growth) < 0:
+            raise ValueError(f"a sync law needs gamma >= 1 and non-negative growth: {self}")
 
     def seconds_per_byte(self, gpus: np.ndarray, link_gbps: np.ndarray, spread: int) -> np.ndarray:
         """Seconds per effective gradient byte of a ring over `link_gbps` (GB/s), grown with
@@ -58,16 +59,17 @@ class SyncLaw:
         nodes: np.ndarray,
         intra_gbps: np.ndarray,
         inter_gbps: np.ndarray,
-        bytes_one: np.ndarray,
-        bytes_across: np.ndarray,
+        one: tuple[np.ndarray, np.ndarray],
+        across: tuple[np.ndarray, np.ndarray],
     ) -> np.ndarray:
-        """S of each row: 0 on one GPU, S_1 on one node, max(S_1, S_x) across nodes."""
+        """S of each row: 0 on one GPU, S_1 on one node, max(S_1, S_x) across nodes; `one`
+        and `across` are each spread's (bytes, latency seconds) per row."""
         gpus = np.asarray(gpus, dtype=float)
-        one = self.latency_s[0] + bytes_one * self.seconds_per_byte(gpus, intra_gbps, 0)
-        one = np.where(gpus > 1, one, 0.0)
+        s_one = one[1] + one[0] * self.seconds_per_byte(gpus, intra_gbps, 0)
+        s_one = np.where(gpus > 1, s_one, 0.0)
         slowest = np.fmin(intra_gbps, inter_gbps)
-        across = self.latency_s[1] + bytes_across * self.seconds_per_byte(gpus, slowest, 1)
-        return np.where((np.asarray(nodes) > 1) & (gpus > 1), np.fmax(one, across), one)
+        s_across = across[1] + across[0] * self.seconds_per_byte(gpus, slowest, 1)
+        return np.where((np.asarray(nodes) > 1) & (gpus > 1), np.fmax(s_one, s_across), s_one)
 
     def step_seconds(self, compute_s: np.ndarray, sync_s: np.ndarray) -> np.ndarray:
         """(T_c ** gamma + S ** gamma) ** (1 / gamma), scaled by the larger term so that no
@@ -81,38 +83,40 @@ class SyncLaw:
         return np.where(sync_s > 0, top * inner ** (1.0 / self.gamma), compute_s)
 
 
-def compute_seconds(fixed_s: np.ndarray, per_sample_s: np.ndarray, batch: np.ndarray) -> np.ndarray:
-    """T_c = a + c * b."""
-    return fixed_s + per_sample_s * np.asarray(batch, dtype=float)
-
-
-# The grid the law is chosen on: every combination is tried with each job's bytes fitted to it
+# The grid the law is chosen on: every combination is tried with each job's terms fitted to it
 GAMMAS = (1.0, 1.25, 1.5, 2.0, 3.0, 5.0)
 GROWTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
-LATENCIES_S = (0.0, 0.002, 0.01, 0.03)
-LOG_BYTES = np.linspace(np.log(1e4), np.log(1e11), 141)  # effective gradient bytes tried
+# each job's terms: its latency and its effective gradient bytes
+LATENCIES_S = (0.0, 0.001, 0.003, 0.01, 0.03, 0.1, 0.3)
+LOG_BYTES = np.linspace(np.log(1e4), np.log(1e11), 71)
+LATENCY_PENALTY = 0.002  # per latency step: between equal fits, bytes (which links move) win
 
 
-def fit_bytes(
+def fit_sync(
     groups: np.ndarray,
     log_step: np.ndarray,
     compute_s: np.ndarray,
     seconds_per_byte: np.ndarray,
-    latency_s: float,
     law: SyncLaw,
     floor_s: np.ndarray | None = None,
-) -> tuple[np.ndarray, float]:
-    """Each group's effective gradient bytes (log) under `law`, chosen on LOG_BYTES for the
-    least absolute log error of its rows' steps, and the mean of that error over the rows.
-    `floor_s`: a synchronization each row has at least (S_1, for rows across nodes)."""
+) -> tuple[np.ndarray, np.ndarray, float]:
+    """Each group's (log effective bytes, latency seconds) under `law`, chosen on LOG_BYTES x
+    LATENCIES_S for the least absolute log error of its rows' steps, and the mean of that
+    error over the rows. `floor_s`: a synchronization each row has at least (S_1, for rows
+    across nodes)."""
     n_groups = int(groups.max()) + 1
-    loss = np.zeros((n_groups, len(LOG_BYTES)))
+    loss = np.zeros((n_groups, len(LATENCIES_S), len(LOG_BYTES)))
     counts = np.bincount(groups, minlength=n_groups).astype(float)
-    for j, log_bytes in enumerate(LOG_BYTES):
-        sync = latency_s + np.exp(log_bytes) * seconds_per_byte
-        if floor_s is not None:
-            sync = np.fmax(sync, floor_s)
-        error = np.abs(np.log(law.step_seconds(compute_s, sync)) - log_step)
-        loss[:, j] = np.bincount(groups, weights=error, minlength=n_groups)
-    best = loss.argmin(axis=1)
-    return LOG_BYTES[best], float(loss[np.arange(n_groups), best].sum() / counts.sum())
+    for i, latency in enumerate(LATENCIES_S):
+        for j, log_bytes in enumerate(LOG_BYTES):
+            sync = latency + np.exp(log_bytes) * seconds_per_byte
+            if floor_s is not None:
+                sync = np.fmax(sync, floor_s)
+            error = np.abs(np.log(law.step_seconds(compute_s, sync)) - log_step)
+            loss[:, i, j] = np.bincount(groups, weights=error, minlength=n_groups)
+    loss = loss / counts[:, None, None]
+    penalized = loss + LATENCY_PENALTY * np.arange(len(LATENCIES_S))[None, :, None]
+    best = penalized.reshape(n_groups, -1).argmin(axis=1)
+    i, j = np.divmod(best, len(LOG_BYTES))
+    fitted = loss[np.arange(n_groups), i, j]
+    return LOG_BYTES[j], np.asarray(LATENCIES_S)[i], float((fitted * counts).sum() / counts.sum())

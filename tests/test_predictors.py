@@ -81,7 +81,7 @@ def test_only_a_new_gpus_scaling_gets_the_new_gpu_margin(gavel_scaling: pd.DataF
     k80, measured = answer(gavel_scaling[new]), answer(muri)
     assert all("unmeasured_config" in t for t in _tokens(k80))
     assert not any("unmeasured_config" in t for t in _tokens(measured))
-    assert median_width(k80) > 1.5 * median_width(measured)
+    assert median_width(k80) > 1.25 * median_width(measured)
 
 
 def test_unknown_job_and_gpu_do_not_crash(gavel_scaling: pd.DataFrame) -> None:
@@ -151,10 +151,10 @@ def test_synchronization_time_follows_the_link(bw, scale, gpus) -> None:
     """Synchronization is bytes over the link: a link `scale` times faster takes `scale`
     times less time (no latency term); none on one GPU."""
     law = SyncLaw(gamma=2.0, growth=(0.5, 0.25))
-    bytes_ = np.full(3, 4e7)
+    terms = (np.full(3, 4e7), np.zeros(3))  # bytes, no latency
     slow, fast, one = law.sync_seconds(
         np.array([gpus, gpus, 1]), np.ones(3), np.array([bw, bw * scale, bw]),
-        np.full(3, 10.0), bytes_, bytes_,
+        np.full(3, 10.0), terms, terms,
     )  # fmt: skip
     assert slow > 0 and one == 0
     assert fast == pytest.approx(slow / scale, rel=1e-9)

@@ -86,16 +86,18 @@ def _reference_step(model, row: dict) -> float:
         return compute
 
     def sync(spread: int, link: float) -> float:
-        job_bytes = model.job_bytes_.get((row["job"], spread))
+        job_bytes, latency = model.job_bytes_.get((row["job"], spread), (None, None))
         if job_bytes is None and (row["job"], 1 - spread) in model.job_bytes_:
             sign = 1.0 if spread == 1 else -1.0
-            job_bytes = model.job_bytes_[(row["job"], 1 - spread)] + sign * model.across_ratio_
+            other, latency = model.job_bytes_[(row["job"], 1 - spread)]
+            job_bytes = other + sign * model.across_ratio_
         if job_bytes is None:
+            latency = model.prior_latency_[spread]
             job = np.array([row["job"]], dtype=object)
             nominal = nominal_gradient_bytes(job, np.array([np.nan]))
             job_bytes = float(model._prior_bytes(job, nominal, spread)[0])
         ring = 2 * (n - 1) / n / (link * 1e9) * (max(n, 2) / 2) ** law.growth[spread]
-        return law.latency_s[spread] + math.exp(job_bytes) * ring
+        return latency + math.exp(job_bytes) * ring
 
     s = sync(0, row["intra_node_bw_gbps"])
     if nodes > 1:
