@@ -23,7 +23,7 @@ from perfcast.errors import ContractError
 # features would make a model saved by an earlier perfcast unreadable or wrong: champions saved
 # in another format are not loaded (training/model_store.py), and the next training replaces them.
 # 16: scaling is one physical throughput model (predictor.throughput) with learned priors;
-# 15: scaling's synchronization grows with the GPU count (ScalingFeatures.growth_);
+# 15: scaling's synchronization grows with the GPU count;
 # 14: runtime answers a new model with its op model, flags rows and guards monotonicity,
 # scaling calibrates a new job's blend on held-out jobs;
 # 13: the graph networks' epochs are chosen on held-out devices (ConformalQuantiles choices);

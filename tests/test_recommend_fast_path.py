@@ -1,9 +1,7 @@
-"""The many-row path of scaling prediction and the recommendation's array work answer exactly
-what the pandas code they replace answered: features and flags worked out once per distinct
-key (`predictor/scaling_fast.py` `ManyRows`) against `ScalingFeatures.transform` and
-`ScalingPredictor._flags` on the same frame; a candidate table's categorical text checked on
-its categories against the same table as text; and the optimizer's scoring, per-group best
-and reasons against the frame operations they replace (kept here as the reference)."""
+"""The recommendation's array work answers exactly what the pandas code it replaces answered:
+a candidate table's categorical text checked on its categories against the same table as
+text; and the optimizer's scoring, per-group best and reasons against the frame operations
+they replace (kept here as the reference)."""
 
 from __future__ import annotations
 
