@@ -171,8 +171,10 @@ class ScalingPredictor(TaskPredictor):
 
     def _fit(self, rows: pd.DataFrame) -> Self:
         self.rows_ = rows.reset_index(drop=True)
-        self.prior_, self.prior_fallback_ = None, float(np.log(1e8))
-        self.prior_errors_ = {self.model: np.inf, "median": np.inf}
+        self.prior_, self.prior_kind_, self.prior_errors_ = None, "per_compute", {}
+        self.prior_medians_ = {
+            (k, s): 0.0 for k in ("per_compute", "per_parameter") for s in (0, 1)
+        }
         self.prior_latency_, self.prior_step_ = {0: 0.0, 1: 0.0}, 0.0
         one = Rows.of(self.rows_)
         self._fit_compute(self.rows_, one)
@@ -459,53 +461,82 @@ class ScalingPredictor(TaskPredictor):
         # has little to synchronize (ncf: 100 MB; as bytes alone the prior gave it 485 MB)
         self.prior_step_ = float(np.nanmedian(X["log_step_ref"])) if len(X) else 0.0
         y = np.array([self.job_bytes_[k][0] for k in keys]) - self._step_ref(X)
-        self.prior_ = None
-        self.prior_fallback_ = float(np.median(y)) if len(y) else float(np.log(1e8))
-        self.prior_latency_ = {
-            spread: float(
-                np.median([a for (_, s), (_, a) in self.job_bytes_.items() if s == spread] or [0.0])
-            )
-            for spread in (0, 1)
+        spread = X["spread"].to_numpy()
+        per_parameter = y + self._step_ref(X) - np.log(nominal)
+        self.prior_medians_ = {
+            (kind, s): float(np.nanmedian(values[spread == s]))
+            if (spread == s).any() and np.isfinite(values[spread == s]).any()
+            else 0.0
+            for kind, values in (("per_compute", y), ("per_parameter", per_parameter))
+            for s in (0, 1)
         }
-        if len(y) >= 8 and choose:
-            self.prior_errors_ = self._prior_errors(X, y, jobs)
-        if len(y) >= 8 and self.prior_errors_[self.model] < self.prior_errors_["median"]:
+        self.prior_ = None
+        self.prior_latency_ = {
+            s: float(
+                np.median([a for (_, t), (_, a) in self.job_bytes_.items() if t == s] or [0.0])
+            )
+            for s in (0, 1)
+        }
+        if choose:
+            self.prior_errors_ = self._prior_errors(X, y, jobs, nominal) if len(y) >= 8 else {}
+            self.prior_kind_ = min(
+                self.prior_errors_, key=self.prior_errors_.get, default="per_compute"
+            )
+        if self.prior_kind_ == self.model:
             self.prior_ = make_regressor(self.model, random_state=self.random_state)
             self.prior_.fit(X[PRIOR_FEATURES], y)
 
-    def _prior_errors(self, X: pd.DataFrame, y: np.ndarray, jobs: np.ndarray) -> dict:
-        """Mean absolute log error of the one-node step times of jobs held out (5 groups of
-        jobs) with their bytes from the family's regressor or from the median: the prior is
-        the regressor only where it beats the median there. On the shipped data it does not:
-        some 30 (job, spread) points teach a regressor little, and its misses are costly (a
-        new job's error: 112% with gbm's prior, 25% with the median's)."""
+    def _prior_errors(
+        self, X: pd.DataFrame, y: np.ndarray, jobs: np.ndarray, nominal: np.ndarray
+    ) -> dict[str, float]:
+        """Mean absolute log error of the multi-GPU step times of jobs held out (5 groups of
+        jobs; the mean of each job and spread's), its rows with that spread's bytes from each
+        candidate prior: the
+        family's regressor, the median bytes per compute-second, the median bytes per
+        parameter byte (where the job's parameter count is known); the prior is the one with
+        the least. Some 30 (job, spread) points teach a regressor little, and its misses are
+        costly (a new job's error: 112% with gbm's prior, 25% with the medians')."""
         table = self._multi_table(
             Rows.of(self.rows_), self.rows_["step_time_s"].to_numpy(dtype=float)
         )
-        table = table[table["spread"] == 0]
-        per_byte = self.law_.seconds_per_byte(
-            table["gpus"].to_numpy(), table["intra"].to_numpy(), 0
+        link = np.where(table["spread"] == 0, table["intra"], table["slowest"])
+        per_byte = np.where(
+            table["spread"] == 0,
+            self.law_.seconds_per_byte(table["gpus"].to_numpy(), link, 0),
+            self.law_.seconds_per_byte(table["gpus"].to_numpy(), link, 1),
         )
-        one_node = (X["spread"] == 0).to_numpy()
-        errors: dict[str, list[float]] = {self.model: [], "median": []}
+        spread = X["spread"].to_numpy()
+        errors: dict[str, list[float]] = {self.model: [], "per_compute": [], "per_parameter": []}
         for train, test in GroupKFold(min(5, len(np.unique(jobs)))).split(X, y, jobs):
-            test = test[one_node[test]]
-            rows = table["job"].isin(jobs[test]).to_numpy()
-            if not rows.any():
-                continue
             model = make_regressor(self.model, random_state=self.random_state)
             model.fit(X[PRIOR_FEATURES].iloc[train], y[train])
             step_ref = self._step_ref(X.iloc[test])
+            held = np.zeros(len(y), dtype=bool)
+            held[train] = True
+            medians = {
+                s: (np.median(y[held & (spread == s)]) if (held & (spread == s)).any() else 0.0,
+                    np.nanmedian((y + self._step_ref(X) - np.log(nominal))[held & (spread == s)])
+                    if np.isfinite(np.log(nominal)[held & (spread == s)]).any() else 0.0)
+                for s in (0, 1)
+            }  # fmt: skip
+            s_test = spread[test]
+            per_compute = np.array([medians[s][0] for s in s_test]) + step_ref
+            per_parameter = np.array([medians[s][1] for s in s_test]) + np.log(nominal[test])
             guesses = {
                 self.model: model.predict_quantiles(X[PRIOR_FEATURES].iloc[test])[1] + step_ref,
-                "median": np.median(y[train]) + step_ref,
+                "per_compute": per_compute,
+                "per_parameter": np.where(np.isfinite(per_parameter), per_parameter, per_compute),
             }
-            codes = pd.Index(jobs[test]).get_indexer(table["job"].to_numpy()[rows])
-            for name, log_bytes in guesses.items():
-                sync = self.prior_latency_[0] + np.exp(log_bytes[codes]) * per_byte[rows]
-                step = self.law_.step_seconds(table["compute"].to_numpy()[rows], sync)
-                errors[name].extend(np.abs(np.log(step) - table["log_step"].to_numpy()[rows]))
-        return {name: float(np.mean(v)) if v else np.inf for name, v in errors.items()}
+            for k, (job, s) in enumerate(zip(jobs[test], s_test, strict=True)):
+                rows = ((table["job"] == job) & (table["spread"] == s)).to_numpy()
+                if not rows.any():
+                    continue
+                for name, log_bytes in guesses.items():
+                    sync = self.prior_latency_[s] + np.exp(log_bytes[k]) * per_byte[rows]
+                    step = self.law_.step_seconds(table["compute"].to_numpy()[rows], sync)
+                    error = np.abs(np.log(step) - table["log_step"].to_numpy()[rows])
+                    errors[name].append(float(error.mean()))  # each (job, spread) weighs the same
+        return {name: float(np.mean(v)) for name, v in errors.items() if v}
 
     def _measured_at(self, job: str, cluster: str, gpu: str, across: bool) -> bool:
         """Whether the job's multi-GPU steps were measured on this GPU type with this spread,
@@ -530,8 +561,12 @@ class ScalingPredictor(TaskPredictor):
     def _prior_bytes(self, jobs: np.ndarray, nominal: np.ndarray, spread: int) -> np.ndarray:
         X = self._job_features(jobs, nominal)
         X.insert(0, "spread", float(spread))
+        per_compute = self.prior_medians_[("per_compute", spread)] + self._step_ref(X)
+        if self.prior_kind_ == "per_parameter":
+            per_parameter = self.prior_medians_[("per_parameter", spread)] + np.log(nominal)
+            return np.where(np.isfinite(per_parameter), per_parameter, per_compute)
         if self.prior_ is None:
-            return self.prior_fallback_ + self._step_ref(X)
+            return per_compute
         return self.prior_.predict_quantiles(X[PRIOR_FEATURES])[1] + self._step_ref(X)
 
     def _step_ref(self, X: pd.DataFrame) -> np.ndarray:
@@ -612,7 +647,7 @@ class ScalingPredictor(TaskPredictor):
         # synchronization of a cluster not seen at scale
         clusters = np.where(arrays.cluster == "", arrays.gpu, arrays.cluster)
         saved = (self.bytes_, self.job_bytes_, self.across_ratio_, self.prior_,
-                 self.prior_latency_)  # fmt: skip
+                 self.prior_latency_, self.prior_medians_, self.prior_step_)  # fmt: skip
         for cluster in np.unique(clusters[~single]):
             held = ~single & (clusters == cluster)
             keep = self.rows_[~held].reset_index(drop=True)
@@ -627,7 +662,8 @@ class ScalingPredictor(TaskPredictor):
             # a cluster's rows not fitted there, whatever stood in for them: each cluster
             # weighs the same, as the next cluster is one more of them
             errors["s1"].append(error[(sync > 0) & np.isfinite(error)])
-        self.bytes_, self.job_bytes_, self.across_ratio_, self.prior_, self.prior_latency_ = saved
+        (self.bytes_, self.job_bytes_, self.across_ratio_, self.prior_, self.prior_latency_,
+         self.prior_medians_, self.prior_step_) = saved  # fmt: skip
         self.spread_ = {}
         for key, parts in errors.items():
             parts = [p[np.isfinite(p)] for p in parts if np.isfinite(p).any()]
