@@ -35,7 +35,11 @@ MODEL_PARAMS_M: dict[str, float] = {
 def nominal_gradient_bytes(jobs: np.ndarray, params_m: np.ndarray) -> np.ndarray:
     """Parameters x 4 bytes per row: the row's `params_m` where positive, else
     MODEL_PARAMS_M of its job; NaN where neither is known."""
-    codes, names = pd.factorize(np.asarray(jobs, dtype=object))  # 10^5 rows, a few jobs
+    if len(jobs) <= 64:  # a few rows: no pandas call
+        names = list(dict.fromkeys(jobs))
+        codes = np.array([names.index(job) for job in jobs], dtype=np.int64)
+    else:  # 10^5 candidates, a few jobs
+        codes, names = pd.factorize(np.asarray(jobs, dtype=object))
     known = np.array([MODEL_PARAMS_M.get(job, np.nan) for job in names], dtype=float)[codes]
     params = np.where(np.asarray(params_m, dtype=float) > 0, params_m, known)
     return params * 1e6 * BYTES_PER_PARAM

@@ -79,9 +79,10 @@ class Rows:
             if name not in rows:
                 return np.zeros(n, dtype=np.int64), np.array([""], dtype=object)
             values = rows[name]
-            if not isinstance(values, pd.Series):
-                values = pd.Series(np.array(values, dtype=object))
-            codes, uniques = pd.factorize(values, use_na_sentinel=True)
+            if isinstance(values, pd.Series):
+                codes, uniques = pd.factorize(values, use_na_sentinel=True)
+            else:  # a few records: no pandas call (most of a one-row answer's time)
+                codes, uniques = small_factorize([None if v != v else v for v in values])
             names = np.array([str(u) for u in uniques] + [""], dtype=object)
             return np.where(codes < 0, len(uniques), codes).astype(np.int64), names
 
@@ -119,14 +120,21 @@ class Rows:
             codes={"job": job_code, "gpu": gpu_code, "cluster": cluster_code},
         )
 
-    def nominal_bytes(self) -> np.ndarray:
-        return nominal_gradient_bytes(self.job, self.params_m)
+
+def small_factorize(values: Sequence) -> tuple[np.ndarray, list]:
+    """pd.factorize of a few hashable values in plain Python (codes, uniques in order of
+    first appearance; None is -1), without pandas' per-call cost."""
+    index: dict = {}
+    codes = [-1 if v is None else index.setdefault(v, len(index)) for v in values]
+    return np.array(codes, dtype=np.int64), list(index)
 
 
 def _groups(*codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(group of each row, first row of each group) of the combinations of integer codes,
     groups numbered in the order of their keys; by a table of every key where the keys are
     few (10^5 candidates: a few jobs, GPU types and clusters), else by sorting."""
+    if len(codes[0]) == 1:  # one row: one group
+        return np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64)
     key = np.zeros(len(codes[0]), dtype=np.int64)
     for code in codes:
         code = np.asarray(code, dtype=np.int64)
@@ -582,8 +590,7 @@ class ScalingPredictor(TaskPredictor):
         spread's, bytes rescaled), 2 the prior. Never the GPU type's: a job moves the same
         bytes on any GPU, so a faster GPU at the same links is never slower."""
         n = len(job)
-        keys = pd.Series(list(zip(job, cluster, strict=True)), dtype=object)
-        codes, distinct = pd.factorize(keys)
+        codes, distinct = small_factorize(list(zip(job, cluster, strict=True)))  # a few rows
         values, sources, need = [], [], []
         for i, (j, c) in enumerate(distinct):
             found = self.bytes_.get((j, c, spread)) if c else self.job_bytes_.get((j, spread))
@@ -688,37 +695,43 @@ class ScalingPredictor(TaskPredictor):
         self, arrays: Rows, where: np.ndarray | None = None
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(log step, compute source, sync source: -1 on one GPU) of the rows `where`."""
-        idx = np.arange(len(arrays.job)) if where is None else np.flatnonzero(where)
-        job, gpu, batch = arrays.job[idx], arrays.gpu[idx], arrays.batch[idx]
-        codes = {name: code[idx] for name, code in arrays.codes.items()}
-        compute = np.empty(len(idx))
-        compute_src = np.empty(len(idx), dtype=int)
+        idx = None if where is None else np.flatnonzero(where)
+
+        def take(values: np.ndarray) -> np.ndarray:  # (10^5 candidates: no copies)
+            return values if idx is None else values[idx]
+
+        job, gpu, batch = take(arrays.job), take(arrays.gpu), take(arrays.batch)
+        codes = {name: take(code) for name, code in arrays.codes.items()}
+        compute = np.empty(len(job))
+        compute_src = np.empty(len(job), dtype=int)
         group, first = _groups(codes["job"], codes["gpu"])
         for i, rows in zip(first, _members(group), strict=True):
             compute[rows], compute_src[rows] = self.compute_seconds(job[i], gpu[i], batch[rows])
-        gpus, nodes = arrays.gpus[idx], arrays.nodes[idx]
-        intra = np.where(np.isfinite(arrays.intra[idx]), arrays.intra[idx], PCIE3_GBPS)
-        inter = np.where(np.isfinite(arrays.inter[idx]), arrays.inter[idx], ETHERNET_10G_GBPS)
-        cluster = arrays.cluster[idx]
-        sync_src = np.full(len(idx), -1)
-        sync = np.zeros(len(idx))
+        gpus, nodes = take(arrays.gpus), take(arrays.nodes)
+        intra = np.where(np.isfinite(take(arrays.intra)), take(arrays.intra), PCIE3_GBPS)
+        inter = np.where(np.isfinite(take(arrays.inter)), take(arrays.inter), ETHERNET_10G_GBPS)
+        cluster = take(arrays.cluster)
+        sync_src = np.full(len(job), -1)
+        sync = np.zeros(len(job))
         multi = gpus > 1
         if multi.any():
-            nominal = arrays.nominal_bytes()[idx][multi]
-            job_code, cluster_code = codes["job"][multi], codes["cluster"][multi]
+            at = np.flatnonzero(multi)
+            job_code, cluster_code = codes["job"][at], codes["cluster"][at]
             group, first = _groups(job_code, cluster_code)
-            named = (job[multi][first], cluster[multi][first], nominal[first])
-            b_one, a_one, src_one = (v[group] for v in self._sync_terms(*named[:2], 0, named[2]))
-            b_x, a_x, src_x = (v[group] for v in self._sync_terms(*named[:2], 1, named[2]))
+            ones = at[first]  # one row of each (job, cluster)
+            nominal = nominal_gradient_bytes(job[ones], take(arrays.params_m)[ones])
+            named = (job[ones], cluster[ones])
+            b_one, a_one, src_one = (v[group] for v in self._sync_terms(*named, 0, nominal))
+            b_x, a_x, src_x = (v[group] for v in self._sync_terms(*named, 1, nominal))
             across = nodes[multi] > 1
             sync[multi] = self.law_.sync_seconds(
                 gpus[multi], nodes[multi], intra[multi], inter[multi], (b_one, a_one), (b_x, a_x)
             )
             source = np.where(across, np.fmax(src_one, src_x), src_one)
             # bytes fitted on this cluster but never on this GPU type there: not measured
-            group, first = _groups(job_code, cluster_code, codes["gpu"][multi], across)
-            places = zip(job[multi][first], cluster[multi][first], gpu[multi][first],
-                         across[first], strict=True)  # fmt: skip
+            group, first = _groups(job_code, cluster_code, codes["gpu"][at], across)
+            ones = at[first]
+            places = zip(job[ones], cluster[ones], gpu[ones], across[first], strict=True)
             seen = np.array([self._measured_at(*p) for p in places], dtype=bool)[group]
             sync_src[multi] = np.where((source == 0) & ~seen, 1, source)
         step = self.law_.step_seconds(compute, sync)
@@ -751,22 +764,20 @@ class ScalingPredictor(TaskPredictor):
     def _answer(self, arrays: Rows, text_flags: bool = True) -> dict[str, np.ndarray]:
         log_step, compute_src, sync_src = self._predict_log(arrays)
         mid = np.exp(log_step)
-        lo_c, hi_c = self._spreads("c", compute_src)
-        lo_s, hi_s = self._spreads("s", sync_src)
-        lo = mid * np.exp(-np.hypot(lo_c, lo_s))
-        hi = mid * np.exp(np.hypot(hi_c, hi_s))
+        # the interval's factors per (compute source, sync source): 12 pairs, not 10^5 rows
+        low, high = np.ones((3, 4)), np.ones((3, 4))
+        for c in range(3):
+            for s in range(-1, 3):
+                lo_c, hi_c = self.spread_[f"c{c}"]
+                lo_s, hi_s = self.spread_[f"s{s}"] if s >= 0 else (0.0, 0.0)
+                low[c, s + 1] = np.exp(-np.hypot(lo_c, lo_s))
+                high[c, s + 1] = np.exp(np.hypot(hi_c, hi_s))
+        lo = mid * low[compute_src, sync_src + 1]
+        hi = mid * high[compute_src, sync_src + 1]
         answer = interval_columns(self.targets, [(lo, mid, hi)])
         flags = self._flags(arrays, compute_src, sync_src)
         answer["flags"] = (flags_column if text_flags else flags_categorical)(flags, len(mid))
         return answer
-
-    def _spreads(self, term: str, source: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        lo, hi = np.zeros(len(source)), np.zeros(len(source))
-        for level in (0, 1, 2):
-            at = source == level
-            if at.any():
-                lo[at], hi[at] = self.spread_[f"{term}{level}"]
-        return lo, hi
 
     def _flags(self, arrays: Rows, compute_src: np.ndarray, sync_src: np.ndarray) -> dict:
         multi = arrays.gpus > 1

@@ -49,9 +49,7 @@ class SyncLaw:
     def seconds_per_byte(self, gpus: np.ndarray, link_gbps: np.ndarray, spread: int) -> np.ndarray:
         """Seconds per effective gradient byte of a ring over `link_gbps` (GB/s), grown with
         the GPU count; 0 on one GPU."""
-        gpus = np.asarray(gpus, dtype=float)
-        ring = 2.0 * (gpus - 1.0) / gpus / (np.asarray(link_gbps, dtype=float) * 1e9)
-        return np.where(gpus > 1, ring * (np.fmax(gpus, 2.0) / 2.0) ** self.growth[spread], 0.0)
+        return _per_gpu_count(gpus, self.growth[spread]) / (np.asarray(link_gbps, float) * 1e9)
 
     def sync_seconds(
         self,
@@ -77,10 +75,28 @@ class SyncLaw:
         compute_s, sync_s = np.asarray(compute_s, dtype=float), np.asarray(sync_s, dtype=float)
         if self.gamma == 1.0:
             return compute_s + sync_s
+        if self.gamma == 2.0:
+            return np.hypot(compute_s, sync_s)  # (exactly T_c where S is 0, as below)
         top = np.fmax(compute_s, sync_s)
         with np.errstate(invalid="ignore", divide="ignore"):
             inner = (compute_s / top) ** self.gamma + (sync_s / top) ** self.gamma
         return np.where(sync_s > 0, top * inner ** (1.0 / self.gamma), compute_s)
+
+
+def _per_gpu_count(gpus: np.ndarray, growth: float) -> np.ndarray:
+    """2 (n - 1) / n * (max(n, 2) / 2) ** growth of each GPU count n (0 on one GPU): from a
+    table of every count up to the largest where the counts are whole (10^5 candidates of a
+    few hundred counts: one power per count, not per row)."""
+    gpus = np.asarray(gpus, dtype=float)
+
+    def factor(n: np.ndarray) -> np.ndarray:
+        ring = 2.0 * (n - 1.0) / np.fmax(n, 1.0)
+        return np.where(n > 1, ring * (np.fmax(n, 2.0) / 2.0) ** growth, 0.0)
+
+    top = float(gpus.max(initial=1.0))
+    if len(gpus) > 256 and top <= 65536 and (gpus >= 1).all() and (gpus == np.floor(gpus)).all():
+        return factor(np.arange(int(top) + 1, dtype=float))[gpus.astype(np.int64)]
+    return factor(gpus)
 
 
 # The grid the law is chosen on: every combination is tried with each job's terms fitted to it
