@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 import torch
 from conftest import requires_data
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from perfcast import datasets
@@ -134,7 +134,6 @@ def test_a_gpu_without_interconnect_facts_assumes_the_slowest_links(
         gpu_type=gavel_scaling["gpu_type"].replace({"k80": "mystery-accelerator"})
     )
     new = rows["gpu_type"] == "mystery-accelerator"
-    single = rows[new & (rows["num_gpus"] == 1)]
     multi = rows[new & (rows["num_gpus"] > 1)].drop(columns=["step_time_s"])
     model = make_predictor("scaling", "gbm").fit(rows[~new | (rows["num_gpus"] == 1)])
     out = model.predict_interval(multi)
