@@ -490,7 +490,7 @@ class ScalingPredictor(TaskPredictor):
             self.prior_kind_ = min(
                 self.prior_errors_, key=self.prior_errors_.get, default="per_compute"
             )
-        if self.prior_kind_ == self.model:
+        if self.prior_kind_ == self.model and len(y) >= 8:  # (fewer: the median's)
             self.prior_ = make_regressor(self.model, random_state=self.random_state)
             self.prior_.fit(X[PRIOR_FEATURES], y)
 
