@@ -631,10 +631,9 @@ class ScalingPredictor(TaskPredictor):
         single = arrays.gpus == 1
         errors: dict[str, list[np.ndarray]] = {k: [] for k in
                                                ("c0", "c1", "c2", "s0", "s1", "s2")}  # fmt: skip
-        own = self._predict_log(arrays)[0]
+        own, _, sync_src = self._predict_log(arrays)
         errors["c0"].append((np.log(steps) - own)[single])
         multi_rows = ~single & np.isfinite(own)
-        sync_src = self._sources(arrays)[1]
         errors["s0"].append((np.log(steps) - own)[multi_rows & (sync_src == 0)])
         # compute on a type the job was not measured on
         for job, gpus in self.job_gpus_.items():
@@ -687,9 +686,6 @@ class ScalingPredictor(TaskPredictor):
             )
 
     # -- prediction -------------------------------------------------------------------------
-
-    def _sources(self, arrays: Rows, where: np.ndarray | None = None) -> tuple:
-        return self._predict_log(arrays, where)[1:]
 
     def _predict_log(
         self, arrays: Rows, where: np.ndarray | None = None
