@@ -1,4 +1,4 @@
-"""`perfcast datasets ...`: list, inspect, export and validate contract tables."""
+"""`perfcast datasets ...`: list, fetch, inspect, export and validate contract tables."""
 
 from __future__ import annotations
 
@@ -8,7 +8,14 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.progress import Progress
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TextColumn,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
+)
 from rich.table import Table
 
 # Only typer and rich at import time: `perfcast --help` must not pay for pandas and pandera.
@@ -24,10 +31,12 @@ def list_datasets(
         bool, typer.Option("--json", help="Print a JSON list instead of a table.")
     ] = False,
 ) -> None:
-    """List every dataset with its kind, row count, licence and source.
+    """List every dataset with its kind, row count, licence, source, and whether it is here.
 
-    Row counts come from datasets/row_counts.json (checked against the loaders by the tests);
-    a dataset missing there is loaded and counted, with a progress bar.
+    `here`: present (its files are here: the data folder, the download cache, or the package
+    for measured-*), embedded (the package's starter table stands in) or fetchable (`perfcast
+    datasets fetch NAME` gets it). Row counts come from datasets/row_counts.json (checked against
+    the loaders by the tests); a dataset missing there is loaded and counted, with a progress bar.
     """
     from perfcast.datasets.registry import load, recorded_rows, registry
 
@@ -43,6 +52,7 @@ def list_datasets(
                 {
                     "name": spec.name,
                     "kind": spec.kind,
+                    "status": spec.status(),
                     "rows": n if n is not None else len(load(spec.name)),
                     "license": spec.license,
                     "source": spec.source,
@@ -57,13 +67,66 @@ def list_datasets(
     table = Table(title="perfcast datasets")
     table.add_column("name", no_wrap=True)  # names are typed back: never cut or folded
     table.add_column("kind", no_wrap=True)
+    table.add_column("here", no_wrap=True)
     table.add_column("rows", justify="right", no_wrap=True)
     table.add_column("license")
     table.add_column("source")
     for row in rows:
         name = row["name"] + (" (measured here)" if row["measured"] else "")
-        table.add_row(name, row["kind"], f"{row['rows']:,}", row["license"], row["source"])
+        table.add_row(
+            name, row["kind"], row["status"], f"{row['rows']:,}", row["license"], row["source"]
+        )
     console.print(table)
+
+
+@app.command("fetch")
+def fetch_datasets(
+    names: Annotated[
+        list[str] | None, typer.Argument(help="Dataset names from `perfcast datasets list`.")
+    ] = None,
+    all_datasets: Annotated[
+        bool, typer.Option("--all", help="Every file of the manifest (every public dataset).")
+    ] = False,
+) -> None:
+    """Get datasets' files into the download cache: downloaded from their source repositories at
+    the pinned commits (derived files rebuilt from their originals), every sha256 checked. Files
+    already here are verified, not downloaded again; an interrupted run resumes where it stopped.
+    """
+    from perfcast.datasets.fetch import fetch, find_local, manifest, recipes
+    from perfcast.datasets.registry import get
+    from perfcast.errors import PerfcastError
+
+    if bool(names) == all_datasets:
+        raise PerfcastError("name the datasets to fetch, or give --all (not both)")
+    table = manifest()
+    if all_datasets:  # every manifest file, also those no loader reads yet
+        what, paths = "every public dataset", sorted(table)
+    else:
+        specs = [get(n) for n in names or []]
+        what = ", ".join(s.name for s in specs)
+        paths = list(dict.fromkeys(p for spec in specs for p in spec.files if p in table))
+    missing = [p for p in paths if find_local(p) is None]
+    size = sum(
+        sum(o.bytes for o in recipes().get(p, [])) if table[p].derived else table[p].bytes
+        for p in missing
+    )
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+    )
+    with Progress(*columns, console=Console(stderr=True), transient=True) as progress:
+        task = progress.add_task("verifying", total=size)
+        for path in paths:
+            progress.update(task, description=path if path in missing else f"verifying {path}")
+            fetch(path, progress=lambda n: progress.advance(task, n))
+    here = len(paths) - len(missing)
+    console.print(
+        f"{what}: {len(paths)} files ready ({len(missing)} fetched, "
+        f"{here} already here, all sha256-checked)"
+    )
 
 
 @app.command()

@@ -3,6 +3,12 @@
 A loader module under `datasets/sources/` declares its datasets with `@dataset(...)`; the
 loader returns a DataFrame in the contract, and `load(name)` validates it and caches the result
 as Parquet keyed by the input files' sha256 and the loader's version, so a second load is fast.
+
+Where a dataset's files are not here (no data folder: a wheel on an air-gapped machine) and the
+package embeds its table (`datasets/embedded/`, see `perfcast.datasets.starter`), `load` returns
+the embedded table, which is the loader's output on the same files. Otherwise the loader fetches
+the files, and a file that cannot be had is a DataNotFoundError naming the dataset, where it was
+looked for, and `perfcast datasets fetch <name>`.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ import pandas as pd
 
 from perfcast.datasets import fetch as fetch_module
 from perfcast.datasets.contract import Kind, validate
-from perfcast.errors import PerfcastError
+from perfcast.errors import DataNotFoundError, PerfcastError
 from perfcast.paths import state_dir
 
 Loader = Callable[[], pd.DataFrame]
@@ -37,6 +43,20 @@ class Dataset:
     loader: Loader = field(repr=False)
     version: int = 1  # bump when the loader's output changes, to refresh the cache
     measured: bool = False  # True for data measured by perfcast's own profilers
+
+    def present(self) -> bool:
+        """Every file is here (the data folder or the download cache; measured: the package)."""
+        table = fetch_module.manifest()
+        return all(
+            fetch_module.find_local(path) is not None if path in table else Path(path).is_file()
+            for path in self.files
+        )
+
+    def status(self) -> str:
+        """`present`, `embedded` (only the package's starter table is here) or `fetchable`."""
+        if self.present():
+            return "present"
+        return "embedded" if embedded_table(self) is not None else "fetchable"
 
     def cache_key(self) -> str:
         digest = hashlib.sha256(f"{self.name}:{self.version}".encode())
@@ -116,13 +136,42 @@ def get(name: str) -> Dataset:
     return table[name]
 
 
+EMBEDDED_DIR = Path(__file__).resolve().parent / "embedded"
+EMBEDDED_INDEX = EMBEDDED_DIR / "SOURCES.json"
+
+
+@functools.cache
+def embedded_index() -> dict[str, dict]:
+    """The starter tables shipped in the package: name -> licence, sources, cache key, ..."""
+    return json.loads(EMBEDDED_INDEX.read_text()) if EMBEDDED_INDEX.is_file() else {}
+
+
+def embedded_table(spec: Dataset) -> Path | None:
+    """The package's starter table of `spec`, if it ships one made from the same files by the
+    same loader version (a stale one is never used)."""
+    info = embedded_index().get(spec.name)
+    path = EMBEDDED_DIR / f"{spec.name}.parquet"
+    if info is None or info["cache_key"] != spec.cache_key() or not path.is_file():
+        return None
+    return path
+
+
 def load(name: str, *, use_cache: bool = True) -> pd.DataFrame:
     """The validated contract table of dataset `name`."""
     spec = get(name)
     cache = state_dir() / "cache" / f"{spec.name}-{spec.cache_key()}.parquet"
     if use_cache and cache.exists():
         return pd.read_parquet(cache)
-    table = validate(spec.loader(), spec.kind, source=f"dataset {spec.name}")
+    if not spec.present() and (embedded := embedded_table(spec)) is not None:
+        return pd.read_parquet(embedded)
+    try:
+        table = validate(spec.loader(), spec.kind, source=f"dataset {spec.name}")
+    except DataNotFoundError as err:
+        raise DataNotFoundError(
+            f"dataset {spec.name} is not available here: {err}. Get it with "
+            f"`perfcast datasets fetch {spec.name}` (or set PERFCAST_DATA_DIR to a copy of the "
+            "public datasets)"
+        ) from None
     if use_cache:
         from perfcast.datasets.io import write_table
 
