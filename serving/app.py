@@ -83,6 +83,7 @@ def create_app(settings: Settings | None = None, models: ServedModels | None = N
         max_bytes=settings.max_body_bytes,
         read_timeout_s=settings.read_timeout_s,
         fast_paths=predict.fast_paths(app),
+        allowed_hosts=settings.allowed_hosts,
     )
     return app
 

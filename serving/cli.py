@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import os
 import threading
 from pathlib import Path
 from typing import Annotated
@@ -61,6 +62,9 @@ def serve(
             f"refusing to serve on {host} without PERFCAST_API_KEY: other machines could "
             "reach the service; set a key, or serve on 127.0.0.1"
         )
+    if not _loopback(host) and "PERFCAST_ALLOWED_HOSTS" not in os.environ:
+        # other machines reach it by names we cannot know: the API key guards it
+        settings = dataclasses.replace(settings, allowed_hosts=("*",))
     from perfcast.serving import logs
 
     logs.configure(log_level)

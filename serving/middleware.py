@@ -22,6 +22,38 @@ from perfcast.serving.metrics import ServiceMetrics
 access_log = logging.getLogger("perfcast.access")  # one JSON line per request (`perfcast serve`)
 
 RETRY_AFTER_S = 1
+CLIENT_LEFT = 499  # counted for a request whose client went away before it was answered
+
+# on every answer: no MIME sniffing, no framing (clickjacking), no referrer to other sites
+_ALWAYS = [(b"x-content-type-options", b"nosniff"), (b"x-frame-options", b"DENY"),
+           (b"referrer-policy", b"no-referrer")]  # fmt: skip
+# the pages load only the service's own assets; Swagger UI and ReDoc start from an inline
+# script and ReDoc renders in a blob: worker
+_CSP = (
+    b"default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; "
+    b"script-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
+)
+_CSP_DOCS = (b"default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; "
+             b"script-src 'self' 'unsafe-inline'; worker-src 'self' blob:; "
+             b"frame-ancestors 'none'; base-uri 'none'")  # fmt: skip
+SECURITY_HEADERS = [*_ALWAYS, (b"content-security-policy", _CSP)]
+_DOCS_HEADERS = [*_ALWAYS, (b"content-security-policy", _CSP_DOCS)]
+
+
+def _security_headers(path: str) -> list[tuple[bytes, bytes]]:
+    return _DOCS_HEADERS if path in ("/docs", "/redoc") else SECURITY_HEADERS
+
+
+def _host(scope: Scope) -> str:
+    """The Host header's name, lower case, without its port (an IPv6 address unbracketed)."""
+    for name, value in scope["headers"]:
+        if name == b"host":
+            host = value.decode("latin-1").strip().lower()
+            if host.startswith("["):
+                return host[1 : host.find("]")] if "]" in host else host
+            return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+    return ""
+
 
 # (scope, receive, send, body) -> the status it answered, or None: not for it, the app answers
 FastPath = Callable[[Scope, Receive, Send, bytes], Awaitable[int | None]]
@@ -30,17 +62,22 @@ FastPath = Callable[[Scope, Receive, Send, bytes], Awaitable[int | None]]
 class ServiceMiddleware:
     """Every HTTP request, in this order:
 
-    - admission: at most `max_in_flight` requests under `prefix` (the work routes) at once; the
-      next is answered 503 with Retry-After at once, before its body is read, instead of
-      queueing without bound. Health, readiness and metrics are always answered;
+    - the Host header, against `allowed_hosts` (a browser tricked by DNS rebinding sends
+      another site's name to a loopback service) -> 400 when not allowed;
     - the body, read whole before the app sees it, then replayed: over `max_bytes` -> 413 (at
       once from Content-Length, else once the stream passes it); not complete within
       `read_timeout_s` -> 408 (a client that sends half a body and waits holds no worker for
       long); holding a value JSON cannot answer for (NaN, Infinity, 1e999, a lone surrogate)
       -> 422 naming the field, the connection staying open for the client's next request;
+    - admission: at most `max_in_flight` requests under `prefixes` (the work routes and the
+      pages that do work) at once, counted from when the body is complete, so a slow or
+      half-sent body holds no place; the next is answered 503 with Retry-After instead of
+      queueing without bound. Health, readiness and metrics are always answered;
     - a fast path of its route (`fast_paths`, by path) when one answers it, else the app;
+    - security headers on every answer (`SECURITY_HEADERS`);
     - metrics: counted and timed, labelled by the matched route's template (never the raw
-      path, so labels stay few), and one access-log line when that logger is on.
+      path, so labels stay few), and one access-log line when that logger is on. A client
+      that leaves before it is answered is counted as 499, not as a server error.
     """
 
     def __init__(
@@ -50,16 +87,18 @@ class ServiceMiddleware:
         max_in_flight: int,
         max_bytes: int,
         read_timeout_s: float,
-        prefix: str = "/v1/",
+        prefixes: tuple[str, ...] = ("/v1/", "/ui/"),
         fast_paths: Mapping[str, FastPath] | None = None,
+        allowed_hosts: tuple[str, ...] = ("*",),
     ) -> None:
-        self.app, self.metrics, self.prefix = app, metrics, prefix
+        self.app, self.metrics, self.prefixes = app, metrics, prefixes
         self.max_in_flight, self.max_bytes, self.read_timeout_s = (
             max_in_flight,
             max_bytes,
             read_timeout_s,
         )
         self.fast_paths = dict(fast_paths or {})
+        self.allowed_hosts = None if "*" in allowed_hosts else frozenset(allowed_hosts)
         self.in_flight = 0
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -68,26 +107,41 @@ class ServiceMiddleware:
             return
         start = time.perf_counter()
         path = scope["path"]
-        answered = [500, None]  # status, and the route template when a fast path answered
+        answered = [CLIENT_LEFT, None]  # status, and the route template when a fast path did
+        security = _security_headers(path)
 
         async def send_with_status(message: Message) -> None:
             if message["type"] == "http.response.start":
                 answered[0] = message["status"]
+                message["headers"] = [*message.get("headers", ()), *security]
             await send(message)
 
-        admitted = path.startswith(self.prefix)
+        admitted = False
         try:
-            if admitted and self.in_flight >= self.max_in_flight:
-                admitted = False
+            if self.allowed_hosts is not None and _host(scope) not in self.allowed_hosts:
                 detail = (
-                    f"the service is at its limit of {self.max_in_flight} requests in progress "
-                    "(PERFCAST_MAX_IN_FLIGHT); retry after the Retry-After seconds"
+                    "the Host header names a host this service does not answer for; "
+                    "set PERFCAST_ALLOWED_HOSTS to the names clients use"
                 )
-                await _reject(send_with_status, 503, detail, retry_after=RETRY_AFTER_S)
+                await _reject(send_with_status, 400, detail)
                 return
-            if admitted:
+            body = await self._body(scope, receive, send_with_status)
+            if body is None:
+                return
+            if path.startswith(self.prefixes):
+                if self.in_flight >= self.max_in_flight:
+                    detail = (
+                        f"the service is at its limit of {self.max_in_flight} requests in "
+                        "progress (PERFCAST_MAX_IN_FLIGHT); retry after the Retry-After seconds"
+                    )
+                    await _reject(send_with_status, 503, detail, retry_after=RETRY_AFTER_S)
+                    return
+                admitted = True
                 self.in_flight += 1
-            await self._body_then_app(scope, receive, send_with_status, answered)
+            await self._app(scope, receive, send_with_status, body, answered)
+        except Exception:
+            answered[0] = 500  # the app's error handlers answer; this counts what escaped
+            raise
         finally:
             if admitted:
                 self.in_flight -= 1
@@ -99,9 +153,8 @@ class ServiceMiddleware:
             if access_log.isEnabledFor(logging.INFO):
                 self._log(scope, template, answered[0], time.perf_counter() - start)
 
-    async def _body_then_app(
-        self, scope: Scope, receive: Receive, send: Send, answered: list
-    ) -> None:
+    async def _body(self, scope: Scope, receive: Receive, send: Send) -> bytes | None:
+        """The request's whole body, checked; None when it was answered (or the client left)."""
         declared = None
         for name, value in scope["headers"]:
             if name == b"content-length":
@@ -111,10 +164,10 @@ class ServiceMiddleware:
                 too_big = int(declared) > self.max_bytes
             except ValueError:
                 await _reject(send, 400, "Content-Length is not a number", close=True)
-                return
+                return None
             if too_big:
                 await _reject(send, 413, self._message(int(declared)), close=True)
-                return
+                return None
         # uvicorn has usually parsed a small request's body with its headers, before the app
         # starts: then no timer is needed to read it
         ready, first = _ready(receive)
@@ -127,18 +180,23 @@ class ServiceMiddleware:
         except TimeoutError:
             message = f"the request body did not arrive within {self.read_timeout_s:g} s"
             await _reject(send, 408, message, close=True)
-            return
+            return None
         except _TooLarge as err:
             await _reject(send, 413, self._message(err.size, streamed=True), close=True)
-            return
+            return None
         if body is None:  # the client went away mid-body
-            return
+            return None
         unsafe = find_unsafe(body) if body else None
         if unsafe is not None:
             path, message = unsafe
             detail = [{"loc": ["body", *path], "msg": message, "type": "json_invalid"}]
             await _reject(send, 422, detail)
-            return
+            return None
+        return body
+
+    async def _app(
+        self, scope: Scope, receive: Receive, send: Send, body: bytes, answered: list
+    ) -> None:
         fast = self.fast_paths.get(scope["path"]) if scope["method"] == "POST" else None
         if fast is not None:
             status = await fast(scope, receive, send, body)
@@ -207,7 +265,8 @@ async def _reject(
     """Answer without the app. `close` when the rest of the body is not read (the connection
     cannot carry another request then); otherwise it stays open."""
     body = json.dumps({"detail": detail}).encode()  # ASCII: a lone surrogate is escaped
-    headers = [(b"content-type", b"application/json")]
+    headers = [(b"content-type", b"application/json"),
+               (b"content-length", str(len(body)).encode())]  # fmt: skip
     if close:
         headers.append((b"connection", b"close"))
     if retry_after is not None:

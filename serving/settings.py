@@ -15,13 +15,16 @@ from perfcast.errors import PerfcastError
 from perfcast.predictor.backend import TASKS
 
 MAX_ROWS = 10_000  # rows per predict request (also the client's chunk size)
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
 
 
 @dataclass(frozen=True)
 class Settings:
     """`PERFCAST_API_KEY`: `POST /v1/models/reload` needs it in the `X-API-Key` header; with
     no key reload is closed. `PERFCAST_TASKS`: comma-separated tasks to serve (default all).
-    The limits below read `PERFCAST_<NAME>` (e.g. `PERFCAST_MAX_CANDIDATES`)."""
+    `PERFCAST_ALLOWED_HOSTS` (default the loopback names) and `PERFCAST_TRUSTED_PROXIES`
+    (default none): comma-separated. The limits below read `PERFCAST_<NAME>` (e.g.
+    `PERFCAST_MAX_CANDIDATES`)."""
 
     api_key: str | None = None
     max_body_bytes: int = 16 * 2**20
@@ -40,6 +43,21 @@ class Settings:
     read_timeout_s: float = 30.0
     # seconds a request line and headers may take to arrive (408 and the connection closed)
     header_timeout_s: float = 10.0
+    # bytes of a request line and headers (431 and the connection closed)
+    max_header_bytes: int = 64 * 2**10
+    # connections kept open, in total and per client address; past them the one idle longest
+    # is closed to make room (serving/server.py)
+    max_connections: int = 4096
+    max_connections_per_client: int = 1024
+    # configurations a placement scores: jobs × jobs × GPU types (pairs to co-locate)
+    max_placement_pairs: int = 2_000_000
+    # a query recommendation's predictions: plan rows × parallelisms × memory settings
+    max_query_cells: int = 200_000
+    # Host header values answered ("*": any). DNS rebinding makes a browser send another
+    # site's requests to a loopback service under that site's name; the name gives it away
+    allowed_hosts: tuple[str, ...] = ("*",)
+    # addresses whose X-Forwarded-For is believed (none: the peer address is logged)
+    trusted_proxies: tuple[str, ...] = ()
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -73,7 +91,19 @@ class Settings:
                 raise PerfcastError(f"{variable} must be > 0")
         return cls(
             api_key=os.environ.get("PERFCAST_API_KEY") or None,
+            allowed_hosts=_names("PERFCAST_ALLOWED_HOSTS", LOOPBACK_HOSTS),
+            trusted_proxies=_names("PERFCAST_TRUSTED_PROXIES", ()),
             max_body_bytes=int(max_mb * 2**20),
             tasks=tasks,
             **limits,
         )
+
+
+def _names(variable: str, default: tuple[str, ...]) -> tuple[str, ...]:
+    """A comma-separated list from the environment, or `default` when the variable is unset."""
+    if variable not in os.environ:
+        return default
+    names = tuple(n.strip().lower() for n in os.environ[variable].split(",") if n.strip())
+    if not names:
+        raise PerfcastError(f"{variable} is empty; give comma-separated names, or unset it")
+    return names

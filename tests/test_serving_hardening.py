@@ -15,6 +15,7 @@ import httpx
 import pandas as pd
 import pytest
 from fastapi.testclient import TestClient
+from serving_server import LoopbackServer
 from typer.testing import CliRunner
 
 from perfcast.cli import app as perfcast_cli
@@ -55,34 +56,6 @@ def http(models) -> TestClient:
     return TestClient(_app(models, max_body_bytes=2**20, max_columns=64))
 
 
-class _Server:
-    """The app on a real uvicorn server on loopback (connections, timeouts and all)."""
-
-    def __init__(self, app, http_base: type | None = None) -> None:
-        import uvicorn
-
-        from perfcast.serving import server
-
-        config = server.config(app, app.state.settings, port=0, log_level="error")
-        if http_base is not None:  # uvicorn's other HTTP protocol (h11 instead of httptools)
-            timeout = app.state.settings.header_timeout_s
-            config.http = server.header_timeout_protocol(timeout, http_base)
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    def __enter__(self) -> str:
-        self.thread.start()
-        deadline = time.monotonic() + 30
-        while not (self.server.started and self.server.servers) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        self.port = self.server.servers[0].sockets[0].getsockname()[1]
-        return f"http://127.0.0.1:{self.port}"
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(10)
-
-
 def _body(rows: str) -> bytes:
     return ('{"rows": [' + rows + "]}").encode()
 
@@ -93,7 +66,7 @@ def _body(rows: str) -> bytes:
 @pytest.mark.parametrize("number", ["NaN", "Infinity", "-Infinity", "1e999", "-1E+400"])
 def test_non_finite_numbers_are_a_422_naming_the_field_on_a_kept_connection(models, number) -> None:
     bad = _body(json.dumps(ROW).replace('"num_gpus": 4', f'"num_gpus": {number}'))
-    with _Server(_app(models)) as url, httpx.Client(base_url=url) as client:
+    with LoopbackServer(_app(models)) as url, httpx.Client(base_url=url) as client:
         r = client.post(PREDICT, content=bad, headers={"content-type": "application/json"})
         assert r.status_code == 422, r.text
         assert r.json()["detail"][0]["loc"] == ["body", "rows", 0, "num_gpus"]
@@ -323,7 +296,7 @@ def test_bad_rows_in_a_batch_fail_alone_without_one_call_per_request(models) -> 
 
 
 def test_a_half_sent_body_is_answered_408_after_the_read_timeout(models) -> None:
-    with _Server(_app(models, read_timeout_s=1.0)) as url:
+    with LoopbackServer(_app(models, read_timeout_s=1.0)) as url:
         port = int(url.rsplit(":", 1)[1])
         with socket.create_connection(("127.0.0.1", port), timeout=20) as sock:
             sock.sendall(b"POST /v1/predict/scaling HTTP/1.1\r\nHost: t\r\n"
@@ -352,7 +325,7 @@ def test_a_request_whose_headers_do_not_arrive_is_closed_after_the_header_timeou
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
     base = H11Protocol if parser == "h11" else None
-    with _Server(_app(models, header_timeout_s=0.5), base) as url:
+    with LoopbackServer(_app(models, header_timeout_s=0.5), base) as url:
         port = int(url.rsplit(":", 1)[1])
         with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
             sock.sendall(half)
@@ -361,7 +334,7 @@ def test_a_request_whose_headers_do_not_arrive_is_closed_after_the_header_timeou
 
 
 def test_the_header_timeout_restarts_with_each_request_on_a_kept_connection(models) -> None:
-    with _Server(_app(models, header_timeout_s=1.0)) as url:
+    with LoopbackServer(_app(models, header_timeout_s=1.0)) as url:
         port = int(url.rsplit(":", 1)[1])
         with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
             for _ in range(2):  # each request's headers sent slowly, in time

@@ -1,0 +1,244 @@
+"""The service under siege, on a real uvicorn server on loopback: idle connections by the
+thousand, half-sent bodies, a burst larger than it admits, huge headers, forged hosts and
+forwarded addresses. A legitimate client must keep getting its answers throughout.
+
+Latency is judged against the same client's latency on the same server just before the siege
+(a busy CI machine slows both), with the issue's absolute figures as the floor."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import time
+
+import httpx
+import numpy as np
+import pytest
+from serving_server import LoopbackServer
+
+from perfcast.datasets.fetch import shared_data_available
+from perfcast.serving import server
+from perfcast.serving.app import create_app
+from perfcast.serving.batching import INLINE_ROWS
+from perfcast.serving.models import ServedModels
+from perfcast.serving.settings import Settings
+from perfcast.training import model_store, trainer
+
+pytestmark = pytest.mark.skipif(
+    not shared_data_available(), reason="the public datasets are not available"
+)
+
+ROW = {"job": "resnet18", "gpu_type": "v100", "num_nodes": 1, "num_gpus": 4,
+       "local_batch_size": 128}  # fmt: skip
+PREDICT = "/v1/predict/scaling"
+
+
+@pytest.fixture(scope="module")
+def models() -> ServedModels:
+    if model_store.load_champion("scaling") is None:
+        trainer.train("scaling", "muri-scaling", model="gbm")
+    served = ServedModels(("scaling",))
+    served.reload()
+    return served
+
+
+def _app(models: ServedModels, **settings):
+    return create_app(Settings(tasks=("scaling",), **settings), models)
+
+
+def _timed(client: httpx.Client, count: int, rate: float) -> tuple[list[int], np.ndarray]:
+    """`count` single-row predictions at `rate` a second, open loop on one kept connection:
+    (statuses, seconds each)."""
+    statuses, seconds = [], []
+    start = time.perf_counter()
+    for i in range(count):
+        wait = start + i / rate - time.perf_counter()
+        if wait > 0:
+            time.sleep(wait)
+        began = time.perf_counter()
+        statuses.append(client.post(PREDICT, json={"rows": [ROW]}).status_code)
+        seconds.append(time.perf_counter() - began)
+    return statuses, np.array(seconds)
+
+
+def _health_s(client: httpx.Client, count: int = 20) -> float:
+    """The median seconds of `/healthz` over `count` calls."""
+    seconds = []
+    for _ in range(count):
+        began = time.perf_counter()
+        assert client.get("/healthz").status_code == 200
+        seconds.append(time.perf_counter() - began)
+    return float(np.median(seconds))
+
+
+def test_idle_connections_and_half_sent_bodies_leave_a_client_served(models) -> None:
+    with LoopbackServer(_app(models, header_timeout_s=30.0, read_timeout_s=30.0)) as url:
+        port = int(url.rsplit(":", 1)[1])
+        with httpx.Client(base_url=url, timeout=10) as client:
+            statuses, quiet = _timed(client, 100, rate=100)
+            assert set(statuses) == {200}
+            quiet_health = _health_s(client)
+            idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(1000)]
+            half = []
+            for _ in range(64):
+                sock = socket.create_connection(("127.0.0.1", port))
+                sock.sendall(b"POST /v1/predict/scaling HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                             b"Content-Type: application/json\r\nContent-Length: 100000\r\n"
+                             b'\r\n{"rows":[')  # fmt: skip
+                half.append(sock)
+            try:
+                statuses, siege = _timed(client, 200, rate=100)
+                siege_health = _health_s(client)
+            finally:
+                for sock in idle + half:
+                    sock.close()
+    assert set(statuses) == {200}, statuses
+    p99_quiet, p99_siege = np.quantile(quiet, 0.99), np.quantile(siege, 0.99)
+    assert p99_siege < max(0.050, 3 * p99_quiet), (p99_quiet, p99_siege)
+    assert siege_health < max(0.010, 3 * quiet_health), (quiet_health, siege_health)
+
+
+def test_connections_past_the_limit_push_out_the_idle_ones(models) -> None:
+    app = _app(models, max_connections=64, max_connections_per_client=32, header_timeout_s=60.0)
+    with LoopbackServer(app) as url:
+        port = int(url.rsplit(":", 1)[1])
+        idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(48)]
+        try:
+            time.sleep(server.IDLE_S + 0.3)  # silent long enough to be closed for room
+            clients = [httpx.Client(base_url=url) for _ in range(5)]
+            for client in clients:  # each keeps its connection open: each one pushes one out
+                assert client.post(PREDICT, json={"rows": [ROW]}).status_code == 200
+            time.sleep(0.2)
+            answers = []
+            for sock in idle:
+                sock.settimeout(0.5)
+                try:
+                    answers.append(sock.recv(4096))
+                except TimeoutError:
+                    answers.append(None)  # still open
+            for client in clients:
+                client.close()
+        finally:
+            for sock in idle:
+                sock.close()
+    # the 16 past the client's limit of 32 came while the others were fresh: refused; then
+    # each new connection closed the idle one that was oldest. Both get a JSON 503
+    refused = [i for i, a in enumerate(answers) if a and a.startswith(b"HTTP/1.1 503")]
+    assert refused == [*range(5), *range(32, 48)], answers
+    assert all(b"retry-after: 1" in answers[i] for i in refused)
+    assert answers[5:32] == [None] * 27, answers
+
+
+async def _burst(port: int, count: int, body: bytes) -> list[tuple[int, bytes]]:
+    """`count` requests at once, each on its own connection: (status, raw answer) each."""
+
+    async def one() -> tuple[int, bytes]:
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        except OSError:
+            return 0, b""
+        try:
+            length = str(len(body)).encode()
+            writer.write(b"POST /v1/predict/scaling HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                         b"Content-Type: application/json\r\nConnection: close\r\n"
+                         b"Content-Length: " + length + b"\r\n\r\n" + body)  # fmt: skip
+            await writer.drain()
+            answer = await asyncio.wait_for(reader.read(), 60)
+        except (OSError, TimeoutError):
+            return 0, b""
+        finally:
+            writer.close()
+        status = int(answer.split(b" ", 2)[1]) if answer.startswith(b"HTTP/1.1 ") else 0
+        return status, answer
+
+    return await asyncio.gather(*(one() for _ in range(count)))
+
+
+def test_a_burst_is_admitted_as_far_as_it_fits_and_the_rest_get_json_503s(models) -> None:
+    # requests of more rows than run on the event loop wait in a thread: they overlap
+    body = json.dumps({"rows": [ROW] * (INLINE_ROWS + 1)}).encode()
+    app = _app(models, max_in_flight=8, max_connections=512)
+    with LoopbackServer(app) as url:
+        answers = asyncio.run(_burst(int(url.rsplit(":", 1)[1]), 2000, body))
+    statuses = [status for status, _ in answers]
+    assert statuses.count(200) >= 8, np.unique(statuses, return_counts=True)
+    assert set(statuses) <= {200, 503}, np.unique(statuses, return_counts=True)
+    refusals = [answer for status, answer in answers if status == 503]
+    assert refusals, "a burst of 2,000 on 8 places and 512 connections refused nothing"
+    for answer in refusals:
+        head, _, payload = answer.partition(b"\r\n\r\n")
+        assert b"retry-after: 1" in head.lower(), head
+        assert "retry" in json.loads(payload)["detail"].lower()
+
+
+def test_headers_past_the_limit_are_431_at_once(models) -> None:
+    with LoopbackServer(_app(models, max_header_bytes=8192)) as url:
+        port = int(url.rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            began = time.perf_counter()
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: ")
+            try:
+                for _ in range(64 * 16):  # up to 64 MB, as the attack sent
+                    sock.sendall(b"a" * 65536)
+            except OSError:  # the server answered and closed while we were still sending
+                pass
+            answer = sock.recv(4096)
+            took = time.perf_counter() - began
+    assert answer.startswith(b"HTTP/1.1 431"), answer[:200]
+    assert b"PERFCAST_MAX_HEADER_BYTES" in answer
+    assert took < 5, took
+
+
+def test_a_foreign_host_header_is_refused_and_loopback_names_are_answered(models) -> None:
+    app = _app(models, allowed_hosts=("localhost", "127.0.0.1", "::1"))
+    with LoopbackServer(app) as url, httpx.Client(base_url=url) as client:
+        assert client.get("/healthz").status_code == 200
+        assert client.get("/healthz", headers={"Host": "localhost:8000"}).status_code == 200
+        assert client.get("/healthz", headers={"Host": "[::1]:8000"}).status_code == 200
+        forged = client.post(PREDICT, json={"rows": [ROW]}, headers={"Host": "evil.example"})
+    assert forged.status_code == 400, forged.text
+    assert "PERFCAST_ALLOWED_HOSTS" in forged.json()["detail"]
+
+
+def test_every_answer_carries_security_headers(models) -> None:
+    with LoopbackServer(_app(models)) as url, httpx.Client(base_url=url) as client:
+        for path in ("/healthz", "/ui/", "/docs", "/openapi.json"):
+            r = client.get(path, follow_redirects=True)
+            assert r.status_code == 200, (path, r.status_code)
+            assert r.headers["x-content-type-options"] == "nosniff", path
+            assert r.headers["x-frame-options"] == "DENY", path
+            assert "frame-ancestors 'none'" in r.headers["content-security-policy"], path
+        policy = client.get("/ui/", follow_redirects=True).headers["content-security-policy"]
+        assert "'unsafe-inline'" not in policy.split("script-src")[1].split(";")[0]
+        r = client.post(PREDICT, json={"rows": [ROW]})
+        assert r.status_code == 200 and r.headers["x-content-type-options"] == "nosniff"
+        assert "server" not in r.headers
+
+
+def test_x_forwarded_for_is_believed_only_from_a_named_proxy(models, caplog) -> None:
+    import logging
+
+    caplog.set_level(logging.INFO, logger="perfcast.access")
+    forged = {"X-Forwarded-For": "203.0.113.9"}
+    with LoopbackServer(_app(models)) as url, httpx.Client(base_url=url) as client:
+        assert client.get("/healthz", headers=forged).status_code == 200
+    proxied = _app(models, trusted_proxies=("127.0.0.1",))
+    with LoopbackServer(proxied) as url, httpx.Client(base_url=url) as client:
+        assert client.get("/healthz", headers=forged).status_code == 200
+    clients = [r.client for r in caplog.records if getattr(r, "path", "") == "/healthz"]
+    assert clients == ["127.0.0.1", "203.0.113.9"], clients
+
+
+def test_a_client_that_leaves_mid_body_is_counted_499_not_500(models) -> None:
+    app = _app(models)
+    with LoopbackServer(app) as url:
+        port = int(url.rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            sock.sendall(b"POST /v1/predict/scaling HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                         b"Content-Length: 1000\r\n\r\n{\"rows\": [")  # fmt: skip
+            time.sleep(0.2)
+        time.sleep(0.5)
+        metrics = httpx.get(f"{url}/metrics").text
+    lines = [line for line in metrics.splitlines() if 'status="499"' in line]
+    assert lines and not any('status="500"' in line for line in metrics.splitlines()), lines
