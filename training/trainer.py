@@ -18,7 +18,7 @@ from mlflow.types.schema import ColSpec, Schema
 from perfcast import datasets
 from perfcast.datasets.contract import SCHEMAS
 from perfcast.datasets.splits import folds
-from perfcast.errors import PerfcastError
+from perfcast.errors import DataNotFoundError, PerfcastError
 from perfcast.features.graphs import samples
 from perfcast.predictor import DEFAULT_FAMILY
 from perfcast.predictor.backend import PER_SAMPLE_TASKS, TASK_TABLES
@@ -26,7 +26,10 @@ from perfcast.predictor.base import MODEL_FORMAT
 from perfcast.training import model_store
 from perfcast.training.evaluation import choose_family, fit_and_score, score
 
-# what `perfcast serve` trains when a task has no champion (shipped public data)
+# What `perfcast serve` trains when a task has no champion: public data, or ours (measured-*).
+# Without the data folder the package's starter set stands in (datasets/embedded/); sia-scaling
+# and decima-tpch-stages state no licence, are never shipped, and are left out where they cannot
+# be read or fetched (default_data).
 DEFAULT_DATA = {
     "scaling": "pollux-scaling,gavel-scaling,muri-scaling,sia-scaling",
     "interference": "gavel-interference",
@@ -52,6 +55,42 @@ def load_rows(task: str, data: str) -> pd.DataFrame:
     return datasets.validate(pd.concat(frames, ignore_index=True), kind, source=data)
 
 
+def default_data(task: str) -> tuple[str, tuple[str, ...]]:
+    """The task's default datasets that can be read here (the full files, the package's starter
+    table, or a download), and a note for each one left out. All left out is an error."""
+    kept, notes = [], []
+    for name in DEFAULT_DATA[task].split(","):
+        try:
+            datasets.load(name)
+        except DataNotFoundError as err:
+            notes.append(f"{task}: trained without {name}{_not_shipped(name)}: {err}")
+        else:
+            kept.append(name)
+    if not kept:
+        raise DataNotFoundError(
+            f"no dataset of {task}'s default data ({DEFAULT_DATA[task]}) can be read here:\n"
+            + "\n".join(notes)
+        )
+    return ",".join(kept), tuple(notes)
+
+
+def _not_shipped(name: str) -> str:
+    from perfcast.datasets.starter import licences, shippable
+
+    spec = datasets.get(name)
+    if shippable(spec):
+        return ""
+    return f" (its licence, {'/'.join(sorted(licences(spec)))}, keeps it out of the package)"
+
+
+def data_origin(data: str) -> str:
+    """Where each dataset of `data` is read from here: `name:present|embedded|fetchable`
+    (a file path: itself)."""
+    if Path(data).suffix in (".csv", ".parquet"):
+        return data
+    return ",".join(f"{n}:{datasets.get(n.strip()).status()}" for n in data.split(","))
+
+
 def holdout(rows: pd.DataFrame, kind: str, split: str, seed: int = 0) -> tuple:
     """The trainer's one held-out fold (a fifth of the rows, grouped as `split` says)."""
     train, test = next(folds(rows, kind, split, n_folds=5, seed=seed))
@@ -72,6 +111,9 @@ class TrainResult:
     notes: tuple[str, ...] = ()
 
 
+DATA_ORIGIN_TAG = "perfcast.data_origin"  # e.g. pollux-scaling:embedded,gavel-scaling:present
+
+
 def train(task: str, data: str, model: str = "auto", split: str = "random") -> TrainResult:
     kind = TASK_TABLES[task][0]
     rows = load_rows(task, data)
@@ -86,6 +128,7 @@ def train(task: str, data: str, model: str = "auto", split: str = "random") -> T
              "split": split, "train_rows": len(train_rows), "test_rows": len(test_rows)}
         )  # fmt: skip
         mlflow.set_tag(model_store.FORMAT_TAG, str(MODEL_FORMAT))
+        mlflow.set_tag(DATA_ORIGIN_TAG, data_origin(data))
         predictor, metrics = fit_and_score(task, family, train_rows, test_rows)
         mlflow.log_metrics(metrics)
         # what the fit chose for itself on held-out groups (the graph networks' epochs)
@@ -239,16 +282,21 @@ def describe(result: TrainResult) -> str:
 
 
 def ensure_champions(tasks: list[str], echo=print) -> None:
-    """Train and register the default model of every task that has no champion yet."""
+    """Train and register the default model of every task that has no champion yet, on the
+    default datasets that can be read here (saying which were left out and why)."""
     for task in tasks:
         try:
             if model_store.load_champion(task) is not None:
                 continue
-            echo(f"no champion for {task}: training the default model on {DEFAULT_DATA[task]} ...")
+            why = f"no champion for {task}"
         except model_store.ChampionLoadError as err:
-            echo(f"{err}; training the default model on {DEFAULT_DATA[task]} ...")
+            why = str(err)
+        data, notes = default_data(task)
+        for note in notes:
+            echo(note)
+        echo(f"{why}: training the default model on {data} ({data_origin(data)}) ...")
         start = time.perf_counter()
-        result = train(task, DEFAULT_DATA[task], model=DEFAULT_FAMILY[task])
+        result = train(task, data, model=DEFAULT_FAMILY[task])
         echo(describe(result) + f" [{time.perf_counter() - start:.0f} s]")
 
 

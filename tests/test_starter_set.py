@@ -1,0 +1,142 @@
+"""The starter set: every task's default trains with no data folder and no network, from the
+tables embedded in the package (redistributable sources only) and the measured-* tables; the
+embedded tables are the loaders' output on the full files."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import sysconfig
+from collections.abc import Iterator
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from conftest import requires_data
+
+from perfcast import datasets
+from perfcast.datasets import fetch as fetch_module
+from perfcast.datasets import registry, starter
+from perfcast.training import model_store, trainer
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE_LIMIT = 3_000_000  # bytes of embedded tables
+
+
+@pytest.fixture
+def no_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """No data folder, an empty cache and MLflow store, downloads off."""
+    monkeypatch.setenv("PERFCAST_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("PERFCAST_DATA_DIR", str(tmp_path / "no-data"))
+    monkeypatch.setenv(fetch_module.OFFLINE_ENV, "1")
+    yield tmp_path
+
+
+def _default_names() -> set[str]:
+    return {n for data in trainer.DEFAULT_DATA.values() for n in data.split(",")}
+
+
+def test_every_default_dataset_is_embedded_ours_or_not_redistributable() -> None:
+    for name in _default_names():
+        spec = datasets.get(name)
+        assert name in starter.STARTER or spec.measured or not starter.shippable(spec), name
+    assert set(starter.STARTER) <= _default_names()
+    index = registry.embedded_index()
+    assert set(index) == set(starter.STARTER)
+    for name, info in index.items():
+        assert starter.shippable(datasets.get(name)), name
+        assert set(info["license"].split("/")) <= starter.REDISTRIBUTABLE
+        path = registry.EMBEDDED_DIR / f"{name}.parquet"
+        assert hashlib.sha256(path.read_bytes()).hexdigest() == info["sha256"]
+        for repo in info["repositories"]:
+            assert (registry.EMBEDDED_DIR / repo["license_file"]).is_file()
+    assert sum(info["bytes"] for info in index.values()) < PACKAGE_LIMIT
+
+
+def test_without_data_every_default_reads_from_the_package(no_data: Path) -> None:
+    index = registry.embedded_index()
+    for task in trainer.DEFAULT_DATA:
+        data, notes = trainer.default_data(task)
+        for name in data.split(","):
+            spec = datasets.get(name)
+            assert spec.status() == ("present" if spec.measured else "embedded"), name
+            if not spec.measured:
+                assert len(datasets.load(name)) == index[name]["rows"]
+        assert len(trainer.load_rows(task, data)) > 0
+        left_out = set(trainer.DEFAULT_DATA[task].split(",")) - set(data.split(","))
+        assert len(notes) == len(left_out)
+        for name, note in zip(sorted(left_out), sorted(notes), strict=True):
+            assert f"perfcast datasets fetch {name}" in note and "licence" in note
+    assert datasets.get("sia-scaling").status() == "fetchable"
+
+
+def test_without_data_the_default_scaling_model_trains(no_data: Path) -> None:
+    said: list[str] = []
+    trainer.ensure_champions(["scaling"], echo=said.append)
+    champion = model_store.load_champion("scaling")
+    assert champion is not None
+    run = trainer.mlflow.get_run(champion.run_id)
+    assert run.data.params["data"] == "pollux-scaling,gavel-scaling,muri-scaling"
+    assert run.data.tags[trainer.DATA_ORIGIN_TAG] == (
+        "pollux-scaling:embedded,gavel-scaling:embedded,muri-scaling:embedded"
+    )
+    assert any("trained without sia-scaling" in line for line in said)
+
+
+@pytest.mark.slow
+@requires_data
+def test_embedded_tables_are_the_loaders_output() -> None:
+    index = registry.embedded_index()
+    for name in starter.STARTER:
+        spec = datasets.get(name)
+        assert index[name]["cache_key"] == spec.cache_key(), f"rebuild: {name} is stale"
+        embedded = pd.read_parquet(registry.EMBEDDED_DIR / f"{name}.parquet")
+        pd.testing.assert_frame_equal(embedded, datasets.load(name, use_cache=False))
+
+
+def _run(*args: str | Path, **kwargs: object) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(a) for a in args], check=True, capture_output=True, text=True, **kwargs
+    )
+
+
+@pytest.mark.slow
+def test_the_wheel_reads_its_starter_set_in_an_empty_directory(tmp_path: Path) -> None:
+    """The built wheel in a clean virtualenv (perfcast's dependencies appended from this one),
+    no data folder, downloads off: each default table loads from site-packages, and a dataset
+    that is not shipped is a clear error."""
+    _run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+         "-q", "-w", tmp_path / "dist", ROOT)  # fmt: skip
+    (wheel,) = (tmp_path / "dist").glob("perfcast-*.whl")
+    venv = tmp_path / "venv"
+    _run(sys.executable, "-m", "venv", venv)
+    python = venv / "bin" / "python"
+    _run(python, "-m", "pip", "install", "-q", "--no-deps", "--no-index", wheel)
+    purelib = _run(python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+    Path(purelib.stdout.strip(), "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    env = {**os.environ, "PERFCAST_HOME": str(tmp_path / "home"), fetch_module.OFFLINE_ENV: "1"}
+    env.pop("PERFCAST_DATA_DIR", None)
+    check = _run(python, "-c", """
+import json, perfcast.datasets
+from perfcast.training.trainer import DEFAULT_DATA, default_data, data_origin, load_rows
+out = {"file": perfcast.datasets.__file__}
+for task in DEFAULT_DATA:
+    data, _ = default_data(task)
+    out[task] = [data_origin(data), len(load_rows(task, data))]
+print(json.dumps(out))
+""", env=env, cwd=empty)  # fmt: skip
+    seen = json.loads(check.stdout)
+    assert seen.pop("file").startswith(str(venv))
+    assert all(rows > 0 and "fetchable" not in origin for origin, rows in seen.values()), seen
+    assert "pollux-philly:embedded" in seen["duration"][0]
+    shown = subprocess.run(
+        [venv / "bin" / "perfcast", "datasets", "show", "decima-tpch-stages"],
+        capture_output=True, text=True, env=env, cwd=empty, check=False,
+    )  # fmt: skip
+    assert shown.returncode == 2
+    assert "perfcast datasets fetch decima-tpch-stages" in " ".join(shown.stderr.split())
