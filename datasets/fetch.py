@@ -152,7 +152,7 @@ def find_local(path: str) -> Path | None:
     return None
 
 
-def fetch(path: str, *, download: bool = True, progress: Progress = _no_progress) -> Path:
+def fetch(path: str, *, progress: Progress = _no_progress) -> Path:
     """Return a verified local copy of the manifest file `path`, downloading (and, for a derived
     row, converting) it into the cache when it is not found locally."""
     entry = manifest().get(path)
@@ -161,9 +161,8 @@ def fetch(path: str, *, download: bool = True, progress: Progress = _no_progress
     if (local := find_local(path)) is not None:
         return _verified(local, entry.sha256)
     looked = ", ".join(map(str, search_roots()))
-    if not download or offline():
-        why = "downloads are off" if download else "not downloading"
-        raise DataNotFoundError(f"{path} was not found under {looked} ({why})")
+    if offline():
+        raise DataNotFoundError(f"{path} was not found under {looked} (downloads are off)")
     target = download_cache_dir() / path
     try:
         if entry.derived:
