@@ -2,7 +2,9 @@
 
 Each count is the one the cost grows with: a recommendation's enumerated configurations, an
 allocation's dynamic-program cells ((GPUs + 1) × the jobs' GPU-count choices) and predicted
-configurations, the distinct column names across rows (each one a column of the frame).
+configurations, a placement's predictions (pairs of one-GPU jobs × GPU types, and multi-GPU
+jobs × GPU types × node counts), a query recommendation's plan rows × settings, the distinct
+column names across rows (each one a column of the frame).
 Over a limit -> `RequestLimitError`, answered 413 naming the setting.
 """
 
@@ -82,4 +84,40 @@ def check_allocate(req: schemas.AllocateRequest, settings: Settings) -> None:
         settings,
         "the number of distinct column names across the jobs",
         "send the contract's columns (docs/data-contract.md)",
+    )
+
+
+def check_place(req: schemas.PlaceRequest, settings: Settings) -> None:
+    nodes_by_type: dict[str, int] = {}
+    for node in req.nodes:
+        nodes_by_type[node.gpu_type] = nodes_by_type.get(node.gpu_type, 0) + 1
+    singles = sum(job.num_gpus == 1 for job in req.jobs)
+    spreads = sum(  # at most one step time per node count a job can spread over
+        min(job.num_gpus, nodes) for job in req.jobs if job.num_gpus > 1
+        for nodes in nodes_by_type.values()
+    )  # fmt: skip
+    _check(
+        "max_placement_predictions",
+        singles * (singles - 1) // 2 * len(nodes_by_type) + spreads,
+        settings,
+        "the number of predictions the placement makes (pairs of one-GPU jobs × GPU types, "
+        "plus multi-GPU jobs × GPU types × node counts)",
+        "place fewer jobs at once, or over fewer GPU types",
+    )
+    _check(
+        "max_columns",
+        distinct_columns(job.features for job in req.jobs),
+        settings,
+        "the number of distinct column names across the jobs' features",
+        "send the contract's columns (docs/data-contract.md)",
+    )
+
+
+def check_query_recommend(rows: int, settings_tried: int, settings: Settings) -> None:
+    _check(
+        "max_query_rows",
+        rows * settings_tried,
+        settings,
+        "the number of plan rows to predict (rows × parallelisms × memory limits)",
+        "give fewer parallelisms or memory limits",
     )

@@ -365,9 +365,10 @@ class AllocateJob(_Model):
     min_gpus: _gpus("min_gpus", least=0) = 0  # type: ignore[valid-type]
     max_gpus: _gpus("max_gpus") | None = None  # type: ignore[valid-type]
     weight: Positive = 1.0
-    throughput: Annotated[list[ThroughputPoint], Field(min_length=1, max_length=10_000)] | None = (
-        None
-    )
+    throughput: (
+        Annotated[list[ThroughputPoint], Field(min_length=1, max_length=10_000, fail_fast=True)]
+        | None
+    ) = None
     job: Row | None = None
     gpu_type: GpuType | None = None
     local_batch_sizes: (
@@ -396,7 +397,7 @@ class AllocateJob(_Model):
 
 class AllocateRequest(_Model):
     total_gpus: _gpus("total_gpus", least=0)  # type: ignore[valid-type]
-    jobs: Annotated[list[AllocateJob], Field(min_length=1, max_length=10_000)]
+    jobs: Annotated[list[AllocateJob], Field(min_length=1, max_length=10_000, fail_fast=True)]
 
     model_config = ConfigDict(
         extra="forbid",
@@ -480,8 +481,8 @@ class PlaceJobIn(_Model):
 
 
 class PlaceRequest(_Model):
-    nodes: Annotated[list[NodeIn], Field(min_length=1, max_length=1024)]
-    jobs: Annotated[list[PlaceJobIn], Field(min_length=1, max_length=1000)]
+    nodes: Annotated[list[NodeIn], Field(min_length=1, max_length=1024, fail_fast=True)]
+    jobs: Annotated[list[PlaceJobIn], Field(min_length=1, max_length=1000, fail_fast=True)]
     spread_tolerance: Annotated[Number, Field(ge=0, le=10)] = 0.05
     allow_sharing: StrictBool = True
 

@@ -232,8 +232,12 @@ def allocate(
 
 
 def place(
-    models: ServedModels, req: schemas.PlaceRequest, backend: PredictionBackend | None = None
+    models: ServedModels,
+    req: schemas.PlaceRequest,
+    backend: PredictionBackend | None = None,
+    settings: Settings | None = None,
 ) -> schemas.PlaceResponse:
+    limits.check_place(req, settings or Settings())
     plan = placement.place(
         [placement.PlacementJob(**j.model_dump()) for j in req.jobs],
         [placement.Node(**n.model_dump()) for n in req.nodes],

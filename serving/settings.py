@@ -49,10 +49,11 @@ class Settings:
     # is closed to make room (serving/server.py)
     max_connections: int = 4096
     max_connections_per_client: int = 1024
-    # configurations a placement scores: jobs × jobs × GPU types (pairs to co-locate)
-    max_placement_pairs: int = 2_000_000
-    # a query recommendation's predictions: plan rows × parallelisms × memory settings
-    max_query_cells: int = 200_000
+    # predictions a placement makes: pairs of one-GPU jobs × GPU types (each pair's slowdown)
+    # plus multi-GPU jobs × GPU types × node counts (each spread's step time)
+    max_placement_predictions: int = 250_000
+    # plan rows a query recommendation predicts: rows × parallelisms × memory limits
+    max_query_rows: int = 200_000
     # Host header values answered ("*": any). DNS rebinding makes a browser send another
     # site's requests to a loopback service under that site's name; the name gives it away
     allowed_hosts: tuple[str, ...] = ("*",)

@@ -39,7 +39,8 @@ def allocate(body: AllocateRequest, models: Models, settings: AppSettings) -> Al
 
 
 @router.post("/place", response_model=PlaceResponse, responses=ERRORS)
-def place(body: PlaceRequest, models: Models) -> PlaceResponse:
+def place(body: PlaceRequest, models: Models, settings: AppSettings) -> PlaceResponse:
     """Nodes and GPUs for jobs in priority order; one-GPU jobs share a GPU only when the
-    predicted combined speed exceeds 1 and memory fits."""
-    return service.place(models, body)
+    predicted combined speed exceeds 1 and memory fits (bounded by
+    PERFCAST_MAX_PLACEMENT_PREDICTIONS)."""
+    return service.place(models, body, settings=settings)

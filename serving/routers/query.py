@@ -14,8 +14,8 @@ from pydantic import Field, StrictInt, ValidationError
 from perfcast.errors import PerfcastError
 from perfcast.optimizer.query import QueryPrices, recommend_query
 from perfcast.predictor.backend import TASK_TABLES
-from perfcast.serving import service
-from perfcast.serving.dependencies import Models
+from perfcast.serving import limits, service
+from perfcast.serving.dependencies import AppSettings, Models
 from perfcast.serving.models import ServedModels
 from perfcast.serving.rows import ROW_TYPES
 from perfcast.serving.schemas import (
@@ -31,6 +31,7 @@ from perfcast.serving.schemas import (
 router = APIRouter(prefix="/v1", tags=["query"])
 
 ERRORS = {
+    413: {"description": "The work the request asks for is over a limit (named)"},
     422: {"description": "A row breaks the plan contract, or no configuration meets the deadline"},
     503: {"description": "No query model is loaded"},
 }
@@ -40,8 +41,8 @@ PlanRow = ROW_TYPES["query"]
 
 
 class QueryRecommendRequest(_Model):
-    rows: Annotated[list[PlanRow], Field(min_length=1, max_length=MAX_ROWS)] = Field(
-        description="One job's plan rows (operators or stages, one sample_id), no target."
+    rows: Annotated[list[PlanRow], Field(min_length=1, max_length=MAX_ROWS, fail_fast=True)] = (
+        Field(description="One job's plan rows (operators or stages, one sample_id), no target.")
     )
     parallelism: Annotated[
         list[Annotated[StrictInt, Field(ge=1, le=10_000)]], Field(min_length=1, max_length=64)
@@ -92,8 +93,13 @@ QueryPredictRequest, QueryPredictResponse = PREDICT_MODELS["query"]
 
 
 @router.post("/predict/query", response_model=QueryPredictResponse, responses=ERRORS)
-def predict_query(body: QueryPredictRequest, models: Models) -> PredictResponse:  # type: ignore[valid-type]
+def predict_query(
+    body: QueryPredictRequest,  # type: ignore[valid-type]
+    models: Models,
+    settings: AppSettings,
+) -> PredictResponse:
     """Run time (ms, with p10/p90) of each plan in the rows: one answer per sample_id."""
+    limits.check_predict(body.rows, settings)
     ref = service.model_ref(models, "query")
     out = models.predict("query", pd.DataFrame.from_records(body.rows)).reset_index()
     return PredictResponse(
@@ -105,8 +111,14 @@ def predict_query(body: QueryPredictRequest, models: Models) -> PredictResponse:
 
 
 @router.post("/recommend/query", response_model=QueryRecommendResponse, responses=ERRORS)
-def recommend(body: QueryRecommendRequest, models: Models) -> QueryRecommendResponse:
-    """The cheapest threads/executors and memory limits whose p90 run time meets the deadline."""
+def recommend(
+    body: QueryRecommendRequest, models: Models, settings: AppSettings
+) -> QueryRecommendResponse:
+    """The cheapest threads/executors and memory limits whose p90 run time meets the deadline
+    (bounded by PERFCAST_MAX_QUERY_ROWS: plan rows × parallelisms × memory limits)."""
+    tried = len(body.parallelism) * len(body.memory_limits_mb)
+    limits.check_query_recommend(len(body.rows), tried, settings)
+    limits.check_predict(body.rows, settings)
     return answer(models, body)
 
 
