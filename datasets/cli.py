@@ -104,6 +104,9 @@ def fetch_datasets(
     else:
         specs = [get(n) for n in names or []]
         what = ", ".join(s.name for s in specs)
+        for spec in specs:
+            if spec.measured:
+                console.print(f"{spec.name}: measured here, ships in the package")
         paths = list(dict.fromkeys(p for spec in specs for p in spec.files if p in table))
     missing = [p for p in paths if find_local(p) is None]
     size = sum(
