@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import io
+import json
 import os
 import subprocess
 import sys
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import requires_data
 
 from perfcast.datasets import fetch as fetch_module
 from perfcast.errors import ChecksumError, DataNotFoundError
@@ -33,7 +35,8 @@ def _sha(data: bytes) -> str:
 
 
 class _Source:
-    """A source repository on 127.0.0.1: `<url>/owner/repo/raw/<commit>/<path>`, with ranges."""
+    """Source repositories on 127.0.0.1, `<url>/<owner>/<repo>/raw/<commit>/<path>`, answering
+    ranges; `files` maps a path in `REPO` at `COMMIT` (or a whole URL path) to its bytes."""
 
     def __init__(self) -> None:
         self.files: dict[str, bytes] = {}
@@ -42,10 +45,9 @@ class _Source:
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
-                prefix = f"/{REPO}/raw/{COMMIT}/"
-                path = self.path.removeprefix(prefix)
+                path = self.path.removeprefix(f"/{REPO}/raw/{COMMIT}/")
                 source.requests.append((path, self.headers.get("Range")))
-                data = source.files.get(path) if self.path.startswith(prefix) else None
+                data = source.files.get(path)
                 if data is None:
                     self.send_error(404)
                     return
@@ -274,3 +276,41 @@ def test_a_missing_dataset_names_the_command_that_gets_it(tmp_path: Path) -> Non
     assert "perfcast datasets fetch decima-tpch-stages" in message
     assert "dataset decima-tpch-stages is not available" in message
     assert str(tmp_path / "empty") in message and "Traceback" not in shown.stderr
+
+
+@requires_data
+def test_fetch_command_downloads_once_and_list_sees_it(tmp_path: Path) -> None:
+    """`perfcast datasets fetch` with no data folder, from a mirror on loopback serving the
+    shared folder's real files at their source paths: downloaded and checked once, verified
+    the second time, and `datasets list` moves the dataset from fetchable to present."""
+    served = _Source()
+    shared = fetch_module.data_dir()
+    for entry in fetch_module.entries("gavel/"):
+        url_path = f"/{entry.source_repo}/raw/{entry.source_commit}/{entry.source_path}"
+        served.files[url_path] = (shared / entry.path).read_bytes()
+    env = {**os.environ, "PERFCAST_HOME": str(tmp_path / "home"),
+           "PERFCAST_DATA_DIR": str(tmp_path / "empty"),
+           fetch_module.SOURCE_URL_ENV: served.url}  # fmt: skip
+    env.pop(fetch_module.OFFLINE_ENV, None)
+
+    def perfcast(*args: str) -> str:
+        done = subprocess.run([sys.executable, "-m", "perfcast.cli", *args], env=env,
+                              capture_output=True, text=True, check=True)  # fmt: skip
+        return " ".join(done.stdout.split())
+
+    def status() -> str:
+        listed = json.loads(perfcast("datasets", "list", "--json"))
+        return next(d["status"] for d in listed if d["name"] == "gavel-physical-scaling")
+
+    try:
+        assert status() == "fetchable"
+        assert "1 files ready (1 fetched, 0 already here" in perfcast(
+            "datasets", "fetch", "gavel-physical-scaling"
+        )
+        assert status() == "present"
+        assert "(0 fetched, 1 already here" in perfcast(
+            "datasets", "fetch", "gavel-physical-scaling"
+        )
+        assert len(served.requests) == 1
+    finally:
+        served.server.shutdown()
