@@ -7,9 +7,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import socket
 import subprocess
 import sys
 import sysconfig
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -103,25 +105,41 @@ def _run(*args: str | Path, **kwargs: object) -> subprocess.CompletedProcess[str
     )
 
 
-@pytest.mark.slow
-def test_the_wheel_reads_its_starter_set_in_an_empty_directory(tmp_path: Path) -> None:
-    """The built wheel in a clean virtualenv (perfcast's dependencies appended from this one),
-    no data folder, downloads off: each default table loads from site-packages, and a dataset
-    that is not shipped is a clear error."""
+@pytest.fixture(scope="module")
+def wheel_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The built wheel in a clean virtualenv; perfcast's dependencies come from this one (a
+    .pth line after the venv's own site-packages), nothing from the network."""
+    tmp = tmp_path_factory.mktemp("wheel")
     _run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-         "-q", "-w", tmp_path / "dist", ROOT)  # fmt: skip
-    (wheel,) = (tmp_path / "dist").glob("perfcast-*.whl")
-    venv = tmp_path / "venv"
+         "-q", "-w", tmp / "dist", ROOT)  # fmt: skip
+    (wheel,) = (tmp / "dist").glob("perfcast-*.whl")
+    venv = tmp / "venv"
     _run(sys.executable, "-m", "venv", venv)
     python = venv / "bin" / "python"
     _run(python, "-m", "pip", "install", "-q", "--no-deps", "--no-index", wheel)
     purelib = _run(python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])")
     Path(purelib.stdout.strip(), "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    return venv
+
+
+def _air_gapped(tmp_path: Path) -> tuple[dict[str, str], Path]:
+    """An environment with no data folder (nor PERFCAST_DATA_DIR) and downloads off, and an
+    empty working directory."""
     empty = tmp_path / "empty"
     empty.mkdir()
     env = {**os.environ, "PERFCAST_HOME": str(tmp_path / "home"), fetch_module.OFFLINE_ENV: "1"}
     env.pop("PERFCAST_DATA_DIR", None)
-    check = _run(python, "-c", """
+    return env, empty
+
+
+@pytest.mark.slow
+def test_the_wheel_reads_its_starter_set_in_an_empty_directory(
+    wheel_venv: Path, tmp_path: Path
+) -> None:
+    """Each default table loads from site-packages, and a dataset that is not shipped is a
+    clear error."""
+    env, empty = _air_gapped(tmp_path)
+    check = _run(wheel_venv / "bin" / "python", "-c", """
 import json, perfcast.datasets
 from perfcast.training.trainer import DEFAULT_DATA, default_data, data_origin, load_rows
 out = {"file": perfcast.datasets.__file__}
@@ -131,12 +149,65 @@ for task in DEFAULT_DATA:
 print(json.dumps(out))
 """, env=env, cwd=empty)  # fmt: skip
     seen = json.loads(check.stdout)
-    assert seen.pop("file").startswith(str(venv))
+    assert seen.pop("file").startswith(str(wheel_venv))
     assert all(rows > 0 and "fetchable" not in origin for origin, rows in seen.values()), seen
     assert "pollux-philly:embedded" in seen["duration"][0]
     shown = subprocess.run(
-        [venv / "bin" / "perfcast", "datasets", "show", "decima-tpch-stages"],
+        [wheel_venv / "bin" / "perfcast", "datasets", "show", "decima-tpch-stages"],
         capture_output=True, text=True, env=env, cwd=empty, check=False,
     )  # fmt: skip
     assert shown.returncode == 2
     assert "perfcast datasets fetch decima-tpch-stages" in " ".join(shown.stderr.split())
+
+
+def _request_rows(task: str) -> list[dict]:
+    """A few rows of the task's default table as the package ships it, without the targets."""
+    from perfcast.predictor.backend import PER_SAMPLE_TASKS, TASK_TABLES
+
+    name = trainer.DEFAULT_DATA[task].split(",")[0]
+    path = registry.EMBEDDED_DIR / f"{name}.parquet"
+    table = pd.read_parquet(path) if path.is_file() else datasets.load("measured-cpu-tpch-sweep")
+    if task in PER_SAMPLE_TASKS or "sample_id" in table.columns:
+        table = table[table["sample_id"] == table["sample_id"].iloc[0]]
+    rows = table.head(200).drop(columns=list(TASK_TABLES[task][1]))
+    return json.loads(rows.to_json(orient="records"))
+
+
+@pytest.mark.slow
+def test_the_wheel_serves_every_task_air_gapped(wheel_venv: Path, tmp_path: Path) -> None:
+    """`perfcast serve` from the wheel in an empty directory, no data folder, no network: every
+    task's default model trains from the package and answers 200 (issue 34's first check)."""
+    import httpx
+
+    env, empty = _air_gapped(tmp_path)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen(
+        [wheel_venv / "bin" / "perfcast", "serve", "--port", str(port)],
+        env=env, cwd=empty, stdout=subprocess.DEVNULL, stderr=(tmp_path / "serve.log").open("w"),
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 300  # the issue's bound on two cores
+        ready = None
+        while time.monotonic() < deadline and server.poll() is None:
+            try:
+                ready = httpx.get(f"{url}/readyz", timeout=5)
+            except httpx.TransportError:
+                ready = None
+            if ready is not None and ready.status_code == 200:
+                break
+            time.sleep(3)
+        log = (tmp_path / "serve.log").read_text()
+        assert ready is not None and ready.status_code == 200, log[-3000:]
+        for task in trainer.DEFAULT_DATA:
+            answer = httpx.post(
+                f"{url}/v1/predict/{task}", json={"rows": _request_rows(task)}, timeout=60
+            )
+            assert answer.status_code == 200, (task, answer.text[:500])
+            assert answer.json()["predictions"], task
+        assert "trained without sia-scaling" in " ".join(log.split())
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
