@@ -161,7 +161,7 @@ def fetch(path: str, *, progress: Progress = _no_progress) -> Path:
     if (local := find_local(path)) is not None:
         return _verified(local, entry.sha256)
     looked = ", ".join(map(str, search_roots()))
-    if offline():
+    if offline() and not _originals_cached(entry):
         raise DataNotFoundError(f"{path} was not found under {looked} (downloads are off)")
     target = download_cache_dir() / path
     try:
@@ -209,11 +209,21 @@ def _download(url: str, target: Path, sha256: str, progress: Progress = _no_prog
     return target
 
 
-def _original(entry: ManifestEntry, original: Original, progress: Progress) -> Path:
-    """A verified copy of one original file of a derived row, from the cache or downloaded."""
-    target = (
+def _original_path(entry: ManifestEntry, original: Original) -> Path:
+    return (
         download_cache_dir() / "originals" / entry.source_repo / entry.source_commit / original.path
     )
+
+
+def _originals_cached(entry: ManifestEntry) -> bool:
+    """A derived row whose originals are all in the cache is rebuilt without the network."""
+    originals = recipes().get(entry.path, []) if entry.derived else []
+    return bool(originals) and all(_original_path(entry, o).is_file() for o in originals)
+
+
+def _original(entry: ManifestEntry, original: Original, progress: Progress) -> Path:
+    """A verified copy of one original file of a derived row, from the cache or downloaded."""
+    target = _original_path(entry, original)
     if not target.is_file():
         url = source_url(entry.source_repo, entry.source_commit, original.path)
         _download(url, target, original.sha256, progress)
