@@ -13,7 +13,9 @@ touches. Completion events carry a version unique over the whole run, so an even
 an earlier run of a job that was since suspended and resumed never matches its new record.
 
 Self-check: `finish` refuses a completion whose work is not done (it never sets the work to
-done), so any event that fires early is an error, not a silently short job.
+done), so any event that fires early is an error, not a silently short job. Rates, event times
+and wake-ups must be finite: a NaN or infinite one is refused where it is made (`RateError`,
+naming the job and its placement), never left to spin the clock.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from perfcast.errors import PerfcastError
 from perfcast.scheduler.core.cluster import ClusterSpec, ClusterState, GpuSlot
 from perfcast.scheduler.core.decisions import Decision, Resize, Run, Suspend
 from perfcast.scheduler.core.jobs import JobState, JobTable
@@ -66,6 +69,11 @@ class Accounting:
 
 class SimulationError(RuntimeError):
     """The simulator broke one of its own invariants (a bug, not bad input)."""
+
+
+class RateError(PerfcastError):
+    """A job's true rate or an event time that is not a finite number: the step-time source
+    has no answer for that configuration (input the simulator cannot run, not a bug of it)."""
 
 
 class SimulatedExecutor:
@@ -171,13 +179,22 @@ class SimulatedExecutor:
                 if pair is not None:
                     share = pair.a_speed
             factor = min(factor, share)
-        return solo * factor
+        rate = solo * factor
+        if not (math.isfinite(rate) and rate >= 0):
+            per_node = Counter(node for node, _ in state.gpus)
+            placement = tuple(per_node[node] for node in sorted(per_node))
+            raise RateError(
+                f"job {job.job_id} ({job.job_type}, batch {state.batch_size}) on {n} {gpu_type} "
+                f"GPU(s), placement {placement} GPUs per node: its step-time source gives a "
+                f"rate of {rate} samples/s"
+            )
+        return rate
 
     def finish(self, state: JobState, now: float, jobs: JobTable) -> None:
         """A job completed: settle its counters; the jobs that shared its GPUs speed up."""
         self.sync(state, now)
         run = self.accounting.samples.get(state.job_id, 0.0)
-        if run < state.job.total_samples * (1 - 1e-6) - 1e-6:
+        if not run >= state.job.total_samples * (1 - 1e-6) - 1e-6:  # NaN fails too
             raise SimulationError(
                 f"job {state.job_id} completed at {now:.1f}s having run {run:.6g} of its "
                 f"{state.job.total_samples:.6g} samples"
@@ -222,6 +239,11 @@ class SimulatedExecutor:
         if app is not None:  # the rate changes with the epoch: an event at its end
             target = min(target, app.next_boundary(state.samples_done))
         finish = start + max(target - state.samples_done, 0.0) / record.rate
+        if not math.isfinite(finish):
+            raise RateError(
+                f"job {state.job_id} ({state.job.job_type}) on {state.num_gpus} GPU(s): its "
+                f"completion time is {finish} (rate {record.rate} samples/s)"
+            )
         heapq.heappush(self.events, (finish, self._seq, state.job_id, record.version))
 
     def next_completion(self) -> float | None:
@@ -357,6 +379,8 @@ def simulate(
             executor.refresh(loop.jobs, now)
             decisions += len(loop.round(now))  # the freed GPUs go to others at once
         timer = policy.next_wakeup(loop.context(now))
+        if timer is not None and not math.isfinite(timer):
+            raise SimulationError(f"policy {policy.name} asked for a round at {timer}")
         if timer is not None and timer <= now:
             timer = None
         if timer is not None and round_s is not None:

@@ -11,7 +11,12 @@ its public traces (`pollux/traces/<app>/`; see ../shared/datasets/README.md).
   is done after its application's `max_epochs` (the artifact's `get_completion_epoch`).
 - Step time depends on the placement (GPUs per node): measured placements are interpolated in
   the local batch; others are interpolated linearly over (nodes, GPUs, local batch) through
-  the placement means and `scalability.csv` (the artifact's `get_throughput`).
+  the placement means and `scalability.csv` (the artifact's `get_throughput`). A placement
+  outside everything measured (more GPUs on a node than the T4 nodes' 4, more replicas than
+  the nodes measured held) is answered from the nearest measured (nodes, GPUs), scaled by
+  Pollux's own throughput model (`pollux_throughput`: compute, ring all-reduce growing with
+  the replicas) fitted to the application's measurements: more GPUs never come for free, and
+  a step time is never NaN.
 - A global batch is split as the artifact's `Job.update_local_bsz` does: local batches above
   the largest measured one use gradient accumulation, and a one-GPU job above the initial
   batch accumulates at least once.
@@ -28,6 +33,8 @@ import pandas as pd
 from scipy.interpolate import LinearNDInterpolator
 
 from perfcast.datasets.fetch import entries, fetch
+from perfcast.errors import PerfcastError
+from perfcast.scheduler.policies.pollux_throughput import ThroughputParams, fit_throughput
 
 # Pollux application of each perfcast job type (datasets/sources/pollux.py names them), its
 # epochs (the artifact's APPLICATIONS) and local batch cap where the artifact sets one.
@@ -58,6 +65,7 @@ class Application:
 
     def __init__(self, app: str, max_epochs: int, max_local: int | None) -> None:
         self.app, self.max_epochs = app, max_epochs
+        self._model: ThroughputParams | None = None
         base = f"pollux/traces/{app}"
         validation = {}
         for entry in entries(f"{base}/validation-"):
@@ -86,7 +94,10 @@ class Application:
         means = placements.groupby(xs, as_index=False)[ys].mean()
         spread = pd.read_csv(fetch(f"{base}/scalability.csv"))
         points = pd.concat([means, spread[xs + ys]], ignore_index=True)
+        self._points = points
         self._spread = LinearNDInterpolator(points[xs].to_numpy(float), points[ys].to_numpy(float))
+        self.max_nodes = int(points["num_nodes"].max())
+        self.max_per_node = max(int(d) for p in self.placements for d in p)
 
     @property
     def total_work(self) -> float:
@@ -117,7 +128,48 @@ class Application:
         if not math.isfinite(step):  # outside the measured hull: the nearest measured local
             nearest = float(np.clip(atomic, self.min_local, self.max_local))
             step, sync = self._spread([min(len(placement), 16), sum(placement), nearest])[0]
+        if not math.isfinite(step):  # no measured placement is near: extrapolate
+            step, sync = self._extrapolated(len(placement), sum(placement), atomic)
+        if not (math.isfinite(step) and math.isfinite(sync) and 0 <= sync < step):
+            raise PerfcastError(
+                f"pollux application {self.app!r}: no finite step time for placement "
+                f"{placement} at {atomic} samples per GPU (step {step}, sync {sync})"
+            )
         return float(step), float(sync)
+
+    @property
+    def model(self) -> ThroughputParams:
+        """Pollux's throughput model fitted to every measured step (once per application)."""
+        if self._model is None:
+            p = self._points
+            self._model = fit_throughput(
+                p["num_nodes"].to_numpy(),
+                p["num_replicas"].to_numpy(),
+                p["local_bsz"].to_numpy(float),
+                (p["step_time"] - p["sync_time"]).to_numpy(float),
+                p["step_time"].to_numpy(float),
+            )
+        return self._model
+
+    def _extrapolated(self, nodes: int, replicas: int, atomic: int) -> tuple[float, float]:
+        """(step, sync) of a configuration nothing measured covers: the nearest measured one
+        (as many nodes as measured, at most `max_per_node` GPUs on each, the nearest measured
+        local batch), its compute and step scaled by the fitted model's ratio between the two
+        configurations. The ring's sync grows with the replicas, so throughput per GPU falls."""
+        near_nodes = min(nodes, self.max_nodes)
+        near_replicas = int(np.clip(replicas, near_nodes, self.max_per_node * near_nodes))
+        local = float(np.clip(atomic, self.min_local, self.max_local))
+        step, sync = self._spread([near_nodes, near_replicas, local])[0]
+        if not math.isfinite(step):  # the hull's edge: one node's packed placement, measured
+            near_nodes, near_replicas = 1, min(replicas, self.max_per_node)
+            step, sync = self.step_and_sync((near_replicas,), int(local))
+        m = self.model
+        pass_s = (step - sync) * float(m.pass_time(atomic) / m.pass_time(local))
+        ratio = m.optim_time(nodes, replicas, atomic) / m.optim_time(
+            near_nodes, near_replicas, local
+        )
+        step = max(step * float(ratio), pass_s)
+        return step, step - pass_s
 
     def epoch_at(self, work: float) -> int:
         """The epoch (from 0) a job is in after `work` initial-batch samples."""

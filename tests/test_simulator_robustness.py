@@ -1,0 +1,79 @@
+"""No trace can hang the simulator (issue 38): a step-time source never answers NaN for a
+placement it did not measure, and the engine refuses a non-finite rate where it is made, with
+an error naming the job and its placement (exit 2 on the command line)."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import pandas as pd
+import pytest
+from conftest import requires_data
+from scheduler_synthetic import SYNTHETIC_PAIRS
+
+from perfcast.errors import PerfcastError
+from perfcast.scheduler.core import ClusterSpec
+from perfcast.scheduler.core.jobs import Job
+from perfcast.scheduler.policies import make_policy
+from perfcast.scheduler.sim import goodput
+from perfcast.scheduler.sim.catalog import InterferenceCatalog, ScalingCatalog
+from perfcast.scheduler.sim.engine import RateError, simulate
+from perfcast.scheduler.sim.run import prepare_workload
+from perfcast.scheduler.sim.workload import Workload
+
+NAN_TRACE = (
+    "job_id,submit_time_s,num_gpus,duration_s,job,batch_size\nA,0,8,1000,resnet18-cifar10,32\n"
+)
+
+
+@requires_data
+@pytest.mark.parametrize("job_type", sorted(goodput.APPLICATIONS))
+def test_unmeasured_placements_get_finite_step_times_that_scale_sub_linearly(job_type: str):
+    # Pollux's T4 nodes held 4 GPUs: 8 on one node, or 8 on each of 2 nodes, were never measured
+    app = goodput.application(job_type)
+    atomic = app.min_local
+    for unmeasured, measured in (((8,), (4,)), ((8, 8), (4, 4)), ((6,), (4,))):
+        step, sync = app.step_and_sync(unmeasured, atomic)
+        near_step, _ = app.step_and_sync(measured, atomic)
+        assert math.isfinite(step) and 0 <= sync < step
+        # more GPUs cost at least as long a step (the ring's sync grows), so per-GPU throughput
+        # is at most the nearest measured placement's: sub-linear
+        assert step >= near_step * (1 - 1e-9)
+
+
+@requires_data
+def test_a_pollux_named_job_on_eight_gpus_of_one_node_ends_within_a_second(tmp_path):
+    # issue 38's case: it used to spin for ever with the clock at NaN
+    trace = tmp_path / "nan.csv"
+    trace.write_text(NAN_TRACE)
+    spec = ClusterSpec.parse("1x8:v100")
+    workload = prepare_workload(str(trace), spec)
+    goodput.application("resnet18-cifar10").model  # noqa: B018 - the one-off fit, not timed
+    started = time.process_time()
+    result = simulate(workload, spec, make_policy("fifo"))
+    assert time.process_time() - started < 1.0
+    state = result.jobs["A"]
+    assert math.isfinite(result.makespan_s) and result.makespan_s > 0
+    assert math.isfinite(state.finish_s) and state.samples_done == state.job.total_samples
+
+
+def test_a_nan_step_time_is_refused_naming_the_job_and_its_placement():
+    # a scaling table whose only 2-GPU figure is NaN: the rate there is NaN
+    table = pd.DataFrame(
+        {
+            "job": ["odd", "odd"],
+            "gpu_type": ["v100", "v100"],
+            "num_nodes": [1, 1],
+            "num_gpus": [1, 2],
+            "local_batch_size": [32, 32],
+            "step_time_s": [1.0, math.nan],
+        }
+    )
+    scaling = ScalingCatalog(table, gpus_per_node=4)
+    jobs = [Job("j1", 0.0, "odd", 1, 32, 320.0), Job("j2", 0.0, "odd", 2, 64, 640.0)]
+    workload = Workload("nan", jobs, scaling, InterferenceCatalog(SYNTHETIC_PAIRS))
+    where = r"job j2 \(odd, batch 64\) on 2 v100 GPU\(s\), placement \(2,\) GPUs per node"
+    with pytest.raises(RateError, match=where):
+        simulate(workload, ClusterSpec.parse("1x4:v100"), make_policy("fifo"))
+    assert issubclass(RateError, PerfcastError)  # the command line's exit 2
