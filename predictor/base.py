@@ -22,17 +22,8 @@ from perfcast.errors import ContractError
 # The shape of the predictors' learned state. Bump it whenever a change to a predictor or its
 # features would make a model saved by an earlier perfcast unreadable or wrong: champions saved
 # in another format are not loaded (training/model_store.py), and the next training replaces them.
-# 16: scaling is one physical throughput model (predictor.throughput) with learned priors;
-# 15: scaling's synchronization grows with the GPU count;
-# 14: runtime answers a new model with its op model, flags rows and guards monotonicity,
-# scaling calibrates a new job's blend on held-out jobs;
-# 13: the graph networks' epochs are chosen on held-out devices (ConformalQuantiles choices);
-# 12: runtime's op model and gbm average several seeds, inference dropout costs nothing;
-# 11: fcn's encoder keeps the training range; 10: the scaling correction does not see the
-# links' overhead; 9: scaling knows its slowest
-# training links; 8: scaling learns a new-cluster blend;
-# 7: interference, duration, runtime
-MODEL_FORMAT = 16
+# 17: the registry records each model's sha256 and loads only files that match it.
+MODEL_FORMAT = 17
 
 # What a model knows of a prediction row: `predict_interval` frames carry a string column
 # `flags`, comma-separated tokens from this vocabulary in this order ("" when none), and the

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import logging
 import os
 import threading
 from pathlib import Path
@@ -74,7 +75,7 @@ def serve(
     missing = models.missing
     if missing and train_missing:
         # the port opens now: the loaded tasks answer, /readyz reports the training
-        models.progress = f"models are trained one at a time: {', '.join(missing)}"
+        models.training = {t: _waiting(missing, t) for t in missing}
         threading.Thread(
             target=_train_missing, args=(models, missing, ensure_champions), daemon=True
         ).start()
@@ -87,22 +88,34 @@ def serve(
         raise PerfcastError(f"could not serve on {host}:{port}")
 
 
+def _waiting(tasks: list[str], task: str) -> str:
+    ahead = tasks[: tasks.index(task)]
+    after = f" after {', '.join(ahead)}" if ahead else ""
+    return f"its default model is trained when the service starts ({', '.join(tasks)}, one " \
+        f"at a time): waiting{after}"  # fmt: skip
+
+
 def _train_missing(models, tasks: list[str], ensure_champions) -> None:
     """Train the default model of each task without a champion, one at a time; each task
-    answers as soon as its model is trained, not after the last one (minutes later)."""
+    answers as soon as its model is trained, not after the last one (minutes later). A task
+    whose training fails says why in /readyz and its 503s; the others go on."""
     for number, task in enumerate(tasks, start=1):
-        models.progress = (
-            f"models are trained one at a time: training the default {task} model "
-            f"({number} of {len(tasks)})"
-        )
-        try:  # one task's failure must not keep the others from being served
+        models.training[task] = f"training its default {task} model now ({number} of {len(tasks)})"
+        try:
             ensure_champions([task], echo=err_console.print)
-        except PerfcastError as err:
-            err_console.print(f"[yellow]could not train a default {task} model:[/] {err}")
-        if number < len(tasks):
-            models.reload()
-    models.progress = None
-    still = models.reload()
+        except Exception as err:  # one task's failure (of any kind) must not stop the others
+            log = logging.getLogger("perfcast.serving")
+            if isinstance(err, PerfcastError):
+                log.warning("could not train a default %s model: %s", task, err)
+            else:
+                log.exception("training the default %s model failed", task)
+            why = str(err).split("\n")[0][:300] or type(err).__name__
+            err_console.print(f"[yellow]could not train a default {task} model:[/] {why}")
+            models.training[task] = f"training its default model failed: {why}"
+            continue
+        models.training.pop(task, None)
+        models.reload()
+    still = models.missing
     if still:
         err_console.print(f"[yellow]no model for {', '.join(still)}: those answer 503[/]")
     else:

@@ -58,19 +58,37 @@ class ServedModels:
         # by task; replaced as a whole (never changed in place) under the reload lock
         self._observed: dict[str, _Observed] = {}
         self._reload_lock = threading.Lock()
-        # what the service is doing to get its missing models (`perfcast serve` trains them
-        # after binding the port); /readyz and the 503s say it
-        self.progress: str | None = None
+        # what the service is doing to get a task's missing model (`perfcast serve` trains
+        # them after binding the port: waiting, training, or why it failed), by task; /readyz
+        # and the 503s say it
+        self.training: dict[str, str] = {}
+        # why a task still serves the model it served before the last reload, by task
+        self._kept: dict[str, str] = {}
 
     def reload(self) -> list[str]:
-        """Load every served task's champion afresh; returns the tasks without one."""
+        """Load every served task's champion afresh; returns the tasks without one. A task
+        whose new champion cannot be loaded (or fails its canary) keeps the model it served:
+        `warning(task)` says why."""
         with self._reload_lock:
             backend = self._factory(self.tasks)
             missing = backend.load_all()
+            serving, kept = self._backend.loaded(), {}
+            for task in [t for t in missing if t in serving]:
+                backend.keep(task, serving[task])
+                missing.remove(task)
+                kept[task] = (
+                    f"still serving version {serving[task].version}: "
+                    f"{getattr(backend, 'errors', {}).get(task, 'the new champion failed')}"
+                )
             self._backend, self._missing, self._observed = backend, missing, {}
+            self._kept = kept
             if self.metrics is not None:
                 self.metrics.served(backend.loaded())
             return missing
+
+    def warning(self, task: str) -> str | None:
+        """Why `task` serves an older model than the registry's champion (None: it does not)."""
+        return self._kept.get(task)
 
     @property
     def missing(self) -> list[str]:
@@ -128,9 +146,10 @@ class ServedModels:
         return self._with_observed(observed, task, champion)
 
     def reason(self, task: str) -> str:
-        """Why `task` has no model: its champion failed to load (file and error), or none."""
-        if self.progress is not None:
-            return self.progress
+        """Why `task` has no model: its default model is being trained (or failed to be), its
+        champion failed to load (where and why), or there is none."""
+        if task in self.training:
+            return self.training[task]
         error = getattr(self._backend, "errors", {}).get(task)
         if error and "cannot be loaded" in error:
             return f"{error}, then POST /v1/models/reload"

@@ -541,6 +541,11 @@ class ModelInfo(_Model):
     trained_at: str | None = None
     metrics: dict[str, float | None] = Field(default_factory=dict)
     reason: str | None = Field(default=None, description="why no model is loaded")
+    warning: str | None = Field(
+        default=None,
+        description="why the model served is not the registry's champion (a reload whose new "
+        "champion could not be loaded keeps the one that was serving)",
+    )
     observed_rows: int | None = Field(
         default=None,
         description="measured rows added by POST /v1/observe since the champion was loaded "

@@ -298,6 +298,7 @@ def models_info(models: ServedModels) -> schemas.ModelsResponse:
                 run_id=c.run_id,
                 trained_at=c.trained_at,
                 metrics={k: _num(v) for k, v in c.metrics.items()},
+                warning=models.warning(task),
                 observed_rows=models.observed_rows(task)
                 if callable(getattr(c.predictor, "observe", None))
                 else None,

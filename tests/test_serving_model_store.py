@@ -58,16 +58,18 @@ def test_a_corrupt_champion_fails_alone_and_train_replaces_it(graph_file: Path) 
 
     with pytest.raises(model_store.ChampionLoadError) as err:
         model_store.load_champion("runtime")
-    assert "runtime" in str(err.value) and "python_model.pkl" in str(err.value)
+    assert "runtime" in str(err.value) and "sha256" in str(err.value)
+    assert "$PERFCAST_HOME/mlartifacts/" in str(err.value)
 
     models = ServedModels(("scaling", "runtime"))
     assert models.reload() == ["runtime"]
     http = TestClient(create_app(Settings(tasks=("scaling", "runtime")), models))
     assert http.post("/v1/predict/scaling", json={"rows": [ROW]}).status_code == 200
     r = http.post("/v1/predict/runtime", json={"rows": [example_row("runtime")]})
-    assert r.status_code == 503 and str(pickle) in r.json()["reason"]
+    assert r.status_code == 503 and "sha256" in r.json()["reason"]
+    assert str(pickle.parent) not in r.text  # no server path in an answer
     ready = http.get("/readyz").json()
-    assert ready["missing"] == ["runtime"] and "python_model.pkl" in ready["reason"]
+    assert ready["missing"] == ["runtime"] and "$PERFCAST_HOME/mlartifacts/" in ready["reason"]
 
     result = trainer.train("runtime", str(graph_file), model="gbm")
     assert result.promoted and any("cannot be loaded" in n for n in result.notes)
@@ -135,9 +137,9 @@ def test_serve_trains_missing_models_after_binding_and_readyz_says_so() -> None:
 
     models = ServedModels(("scaling", "interference"))  # nothing loaded yet
     http = TestClient(create_app(Settings(tasks=("scaling", "interference")), models))
-    models.progress = "training the default scaling model (1 of 1)"
+    models.training = {"scaling": "training its default scaling model now (1 of 1)"}
     ready = http.get("/readyz")
-    assert ready.status_code == 503 and "training the default scaling" in ready.json()["reason"]
+    assert ready.status_code == 503 and "training its default scaling" in ready.json()["reason"]
     r = http.post("/v1/predict/scaling", json={"rows": [ROW]})
     assert r.status_code == 503 and "training" in r.json()["reason"]
 
@@ -151,10 +153,10 @@ def test_serve_trains_missing_models_after_binding_and_readyz_says_so() -> None:
             seen["reason"] = http.get("/readyz").json()["reason"]
 
     _train_missing(models, ["scaling", "interference"], train)
-    assert seen["scaling"] == 200 and "interference model (2 of 2)" in seen["reason"]
+    assert seen["scaling"] == 200 and "interference model now (2 of 2)" in seen["reason"]
     # interference has a champion only where a test before this one (same home) trained one
     unserved = [t for t in ("interference",) if model_store.load_champion(t) is None]
-    assert models.progress is None and models.missing == unserved
+    assert models.missing == unserved
     assert http.post("/v1/predict/scaling", json={"rows": [ROW]}).status_code == 200
 
 

@@ -37,6 +37,11 @@ class InProcessBackend:
     def predict(self, task: Task, rows: pd.DataFrame) -> pd.DataFrame:
         return self._champion(task).predictor.predict_interval(rows)
 
+    def keep(self, task: str, champion: object) -> None:
+        """Serve `champion` (loaded before) for `task`, whose champion did not load now."""
+        with self._lock:
+            self._champions[task] = champion
+
     def loaded(self) -> dict[str, object]:
         """The champions loaded so far, by task."""
         return dict(self._champions)

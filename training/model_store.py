@@ -4,13 +4,27 @@ The default store is an embedded SQLite file under perfcast's data directory
 (`$PERFCAST_HOME`, else `var/` in the project); `MLFLOW_TRACKING_URI` overrides it. What the
 trainer registers is exactly what the server loads: a pyfunc model answering
 `predict(DataFrame) -> DataFrame` with `<target>`, `<target>_p10`, `<target>_p90`.
+
+Trust: a model is a pickle, and unpickling runs code. The trainer records the sha256 of each
+registered model's files as a tag of its version (`SHA256_TAG`); `load_champion` copies the
+files, checks them against it, and only then unpickles the copy, so a file swapped in the store
+after registration is refused. Whoever can write the tracking database can still register a
+model of their own: the store is as trusted as the code (docs/serving.md, "Trust").
+
+A home is relocatable: the default store records absolute artifact locations, so `configure`
+re-roots them when the home was copied or moved (its artifacts are read and written there,
+never in the folder it was copied from).
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
+import shutil
 import socket
+import sqlite3
+import tempfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +42,7 @@ from perfcast.predictor.base import MODEL_FORMAT, TaskPredictor
 EXPERIMENT = "perfcast"
 CHAMPION = "champion"
 FORMAT_TAG = "perfcast.model_format"  # run tag: the MODEL_FORMAT the model was saved in
+SHA256_TAG = "perfcast.sha256"  # model version tag: the sha256 of its files (`artifact_sha256`)
 _FORMAT_WARNED: set[tuple[str, str]] = set()  # (task, version): say it once per process
 logger = logging.getLogger("perfcast")
 
@@ -49,6 +64,8 @@ def configure() -> str:
     if given is not None and given == _EXPORTED:
         given = None
     uri = given or f"sqlite:///{state_dir() / 'mlflow.db'}"
+    if given is None:
+        _rehome(state_dir() / "mlflow.db", state_dir() / "mlartifacts")
     logging.getLogger("alembic").setLevel(logging.WARNING)
     logging.getLogger("mlflow").setLevel(logging.WARNING)
     warnings.filterwarnings("ignore", module="mlflow")
@@ -61,6 +78,107 @@ def configure() -> str:
         mlflow.create_experiment(EXPERIMENT, artifact_location=artifacts)
     mlflow.set_experiment(EXPERIMENT)
     return uri
+
+
+# (table, column) of the default store that hold an artifact location
+_LOCATIONS = (
+    ("experiments", "artifact_location"),
+    ("runs", "artifact_uri"),
+    ("model_versions", "storage_location"),
+    ("logged_models", "artifact_location"),
+)
+
+
+def _rehome(db: Path, artifacts: Path) -> None:
+    """Re-root the artifact locations of the store `db` at `artifacts` when they point at the
+    `mlartifacts` folder of another home (this one was copied or moved). MLflow has no API to
+    change an experiment's artifact location; its schema stores them as plain text."""
+    if not db.exists():
+        return
+    here = artifacts.as_uri()
+    with sqlite3.connect(db) as con:
+        try:
+            row = con.execute(
+                "SELECT artifact_location FROM experiments WHERE name = ?", (EXPERIMENT,)
+            ).fetchone()
+        except sqlite3.OperationalError:  # a new or foreign database: nothing of ours yet
+            return
+        if row is None or row[0] == here or not str(row[0]).endswith("/mlartifacts"):
+            return
+        there = str(row[0])
+        logger.info("this home was moved or copied: artifacts re-rooted from %s", there)
+        for table, column in _LOCATIONS:
+            try:
+                con.execute(
+                    f"UPDATE {table} SET {column} = ? || substr({column}, ?) "
+                    f"WHERE substr({column}, 1, ?) = ?",
+                    (here, len(there) + 1, len(there), there),
+                )
+            except sqlite3.OperationalError:  # a table this MLflow version does not have
+                continue
+
+
+# MLflow rewrites this one in place whenever the model is loaded by a models:/ URI (it names
+# the registry version, and is never executed)
+_UNHASHED = frozenset({"registered_model_meta"})
+
+
+def artifact_sha256(directory: Path) -> str:
+    """The sha256 of a model's files: each relative path and its bytes, in path order."""
+    digest = hashlib.sha256()
+    files = (p for p in directory.rglob("*") if p.is_file() and p.name not in _UNHASHED)
+    for path in sorted(files):
+        digest.update(path.relative_to(directory).as_posix().encode() + b"\0")
+        with path.open("rb") as f:
+            for block in iter(lambda: f.read(2**20), b""):
+                digest.update(block)
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+def record_sha256(task: str, version: str) -> str:
+    """Tag the registered model `version` of `task` with the sha256 of its files; returns it."""
+    client = MlflowClient()
+    with tempfile.TemporaryDirectory(prefix="perfcast-model-") as tmp:
+        files = _copy(client.get_model_version_download_uri(model_name(task), version), tmp)
+        digest = artifact_sha256(files)
+    client.set_model_version_tag(model_name(task), version, SHA256_TAG, digest)
+    return digest
+
+
+def pip_requirements() -> list[str]:
+    """What loading a perfcast model needs: perfcast itself brings the rest. (MLflow's
+    inference from the training process pinned test packages: hypothesis, pytest, trio.)"""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return [f"perfcast=={version('perfcast')}"]
+    except PackageNotFoundError:  # pragma: no cover - run from a tree that was never installed
+        return ["perfcast"]
+
+
+def _copy(uri: str, destination: str) -> Path:
+    """The model files at `uri` copied under `destination` (a local folder, or any MLflow
+    artifact store); returns the copy's folder."""
+    local = _local(uri)
+    if uri.startswith("file:") or local.is_absolute():
+        if not local.is_dir():
+            raise FileNotFoundError(f"no model files at {_shown(local)}")
+        target = Path(destination) / "model"
+        shutil.copytree(local, target)
+        return target
+    return Path(mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=destination))
+
+
+def _shown(path: Path | str) -> str:
+    """`path` as answers may show it: under the home, relative to $PERFCAST_HOME (an answer
+    must not tell a client where the server's files are)."""
+    try:
+        return (
+            "$PERFCAST_HOME/" + Path(path).resolve().relative_to(state_dir().resolve()).as_posix()
+        )
+    except ValueError:
+        return Path(path).name
 
 
 class PerfcastModel(mlflow.pyfunc.PythonModel):
@@ -96,6 +214,35 @@ class ChampionLoadError(PerfcastError):
         )
 
 
+class ArtifactMismatch(Exception):
+    """A model's files differ from those registered."""
+
+
+class ChampionIntegrityError(ChampionLoadError):
+    """The champion's files are not the ones registered: their sha256 differs from the one
+    recorded at registration (or none was). They are never unpickled."""
+
+    def __init__(self, task: str, version: str, location: str, recorded: str | None) -> None:
+        why = "do not match the sha256 recorded" if recorded else "have no sha256 recorded"
+        cause = ArtifactMismatch(
+            f"its files {why} when it was registered, so they were not unpickled "
+            "(unpickling runs code)"
+        )
+        super().__init__(task, version, location, cause)
+
+
+def _canary(predictor: object, files: Path) -> None:
+    """Predict the model's own input example: a champion that loads but cannot answer (a
+    predictor of None, a broken pickle of the right shape) fails here, not on every request."""
+    example = mlflow.models.Model.load(str(files)).load_input_example(str(files))
+    if example is None:
+        raise ValueError("the model has no input example to predict")
+    out = predictor.predict_interval(example)  # type: ignore[attr-defined]
+    values = out.select_dtypes("number").to_numpy(dtype=float)
+    if len(out) == 0 or not values.size or not (values == values).all():
+        raise ValueError("its canary prediction (its own input example) is empty or NaN")
+
+
 def load_champion(task: str) -> Champion | None:
     """The registered champion of `task`, or None when there is none, or when it was saved by
     a perfcast whose models had another format (it is then replaced by the next training)."""
@@ -117,13 +264,22 @@ def load_champion(task: str) -> Champion | None:
             model_name(task), version.version, saved_format or "unknown", MODEL_FORMAT,
         )  # fmt: skip
         return None
-    try:
-        model = mlflow.pyfunc.load_model(f"models:/{model_name(task)}@{CHAMPION}")
-        predictor = model.unwrap_python_model().predictor
-    except Exception as err:  # a truncated or corrupt artifact: anything unpickling can raise
-        where = _local(client.get_model_version_download_uri(model_name(task), version.version))
-        pickle = next(where.rglob("python_model.pkl"), None) if where.is_dir() else None
-        raise ChampionLoadError(task, str(version.version), str(pickle or where), err) from None
+    uri = client.get_model_version_download_uri(model_name(task), version.version)
+    with tempfile.TemporaryDirectory(prefix="perfcast-model-") as tmp:
+        try:
+            files = _copy(uri, tmp)
+        except Exception as err:  # the store's files are gone or unreadable
+            raise ChampionLoadError(task, str(version.version), "the model store", err) from None
+        recorded = version.tags.get(SHA256_TAG)
+        if recorded is None or artifact_sha256(files) != recorded:
+            shown = _shown(_local(uri))
+            raise ChampionIntegrityError(task, str(version.version), shown, recorded)
+        try:
+            model = mlflow.pyfunc.load_model(str(files))
+            predictor = model.unwrap_python_model().predictor
+            _canary(predictor, files)
+        except Exception as err:  # a corrupt artifact: anything unpickling can raise
+            raise ChampionLoadError(task, str(version.version), _shown(_local(uri)), err) from None
     return Champion(
         task=task,
         predictor=predictor,

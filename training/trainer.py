@@ -151,8 +151,10 @@ def train(task: str, data: str, model: str = "auto", split: str = "random") -> T
             signature=_signature(task, example, output),
             input_example=example,
             registered_model_name=model_store.model_name(task),
+            pip_requirements=model_store.pip_requirements(),
         )
     version = str(info.registered_model_version)
+    model_store.record_sha256(task, version)
     notes = []
     baseline = baseline_mape(task, train_rows, test_rows)
     if metrics["mape"] >= baseline:
