@@ -15,6 +15,7 @@ import pandas as pd
 from perfcast.predictor.backend import Task
 from perfcast.serving.errors import ModelUnavailableError
 from perfcast.serving.metrics import ServiceMetrics
+from perfcast.training import model_store
 from perfcast.training.inprocess import InProcessBackend
 
 
@@ -70,6 +71,7 @@ class ServedModels:
         whose new champion cannot be loaded (or fails its canary) keeps the model it served:
         `warning(task)` says why."""
         with self._reload_lock:
+            model_store.reopen()  # the store's file may have been replaced since the last load
             backend = self._factory(self.tasks)
             missing = backend.load_all()
             serving, kept = self._backend.loaded(), {}

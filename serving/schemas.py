@@ -566,3 +566,7 @@ class Readiness(_Model):
     loaded: list[str]
     missing: list[str]
     reason: str | None = Field(default=None, description="why not ready")
+    trained_on: dict[str, str] = Field(
+        default_factory=dict,
+        description="each loaded task's training data, and where its tables came from",
+    )

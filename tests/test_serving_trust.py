@@ -133,3 +133,24 @@ def test_a_copied_home_serves_and_writes_only_its_own_files(champion, tmp_path) 
     after = sorted(p.relative_to(original) for p in (original / "mlartifacts").rglob("*"))
     assert after == before, "training in the copy wrote into the original home"
     assert model_store.load_champion("scaling").version == champion.version
+
+
+def test_a_store_replaced_under_the_service_is_read_afresh_on_reload(champion) -> None:
+    served = ServedModels(("scaling",))
+    assert served.reload() == []
+    http = TestClient(create_app(Settings(tasks=("scaling",), api_key="k"), served))
+    db = state_dir() / "mlflow.db"
+    saved = db.read_bytes()
+    try:
+        db.write_bytes(b"")  # truncated (a full disk, a bad copy)
+        r = http.post("/v1/models/reload", headers={"X-API-Key": "k"})
+        assert r.status_code == 200, r.text  # the model that was serving still serves
+        assert r.json()["models"][0]["warning"]
+    finally:
+        db.write_bytes(saved)  # restored from a backup
+    r = http.post("/v1/models/reload", headers={"X-API-Key": "k"})
+    assert r.status_code == 200, r.text
+    assert r.json()["models"][0]["warning"] is None
+    assert r.json()["models"][0]["version"] == champion.version
+    ready = http.get("/readyz").json()
+    assert ready["ready"] and ready["trained_on"]["scaling"].startswith("muri-scaling")

@@ -48,6 +48,8 @@ class InProcessBackend:
 
     def load_all(self) -> list[str]:
         """Load every task's champion that exists; returns the tasks without one."""
+        from mlflow.exceptions import MlflowException
+
         missing = []
         for task in self.tasks:
             try:
@@ -55,6 +57,10 @@ class InProcessBackend:
             except PerfcastError as err:  # one task's broken champion leaves the others served
                 missing.append(task)
                 self.errors[task] = str(err)
+            except MlflowException as err:  # the store itself: unreadable, replaced, locked
+                missing.append(task)
+                first = str(err.message).split("\n")[0][:200]
+                self.errors[task] = f"the model store cannot be read ({first})"
         return missing
 
     def reload(self) -> list[str]:

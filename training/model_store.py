@@ -181,6 +181,18 @@ def _shown(path: Path | str) -> str:
         return Path(path).name
 
 
+def reopen() -> None:
+    """Forget MLflow's open stores (it keeps one per URI for the process's life, with its
+    database connections): the next call opens the store afresh. After the database file was
+    replaced or restored under a running service, the kept connections answered "no such
+    table" until a restart."""
+    from mlflow.tracking._model_registry.registry import ModelRegistryStoreRegistry
+    from mlflow.tracking._tracking_service.registry import TrackingStoreRegistry
+
+    TrackingStoreRegistry._get_store_with_resolved_uri.cache_clear()
+    ModelRegistryStoreRegistry._get_store_with_resolved_uri.cache_clear()
+
+
 class PerfcastModel(mlflow.pyfunc.PythonModel):
     """The pyfunc wrapper around a fitted task predictor."""
 
@@ -200,6 +212,10 @@ class Champion:
     family: str
     trained_at: str
     metrics: dict[str, float]
+    # the data it was trained on, and where each table came from (shared folder, embedded
+    # starter set, download): the run's `data` parameter and `perfcast.data_origin` tag
+    data: str = "unknown"
+    data_origin: str | None = None
 
 
 class ChampionLoadError(PerfcastError):
@@ -288,6 +304,8 @@ def load_champion(task: str) -> Champion | None:
         family=run.data.params.get("model", "unknown"),
         trained_at=pd.Timestamp(run.info.start_time, unit="ms", tz="UTC").isoformat(),
         metrics={k: float(v) for k, v in run.data.metrics.items()},
+        data=run.data.params.get("data", "unknown"),
+        data_origin=run.data.tags.get("perfcast.data_origin"),
     )
 
 

@@ -26,11 +26,22 @@ def healthz() -> Health:
     responses={503: {"model": Readiness, "description": "some served task has no model"}},
 )
 def readyz(models: Models) -> Response:
-    loaded = sorted(models.champions())
+    champions = models.champions()
+    loaded = sorted(champions)
     missing = [t for t in models.tasks if t not in loaded]
     reason = "; ".join(f"{t}: {models.reason(t)}" for t in missing) if missing else None
-    body = Readiness(ready=not missing, loaded=loaded, missing=missing, reason=reason)
+    trained_on = {t: _data(champions[t]) for t in loaded}
+    body = Readiness(
+        ready=not missing, loaded=loaded, missing=missing, reason=reason, trained_on=trained_on
+    )
     return JSONResponse(body.model_dump(), status_code=503 if missing else 200)
+
+
+def _data(champion: object) -> str:
+    """A champion's training data as an answer may show it: a file by its name only."""
+    data = str(getattr(champion, "data", "unknown")).rsplit("/", 1)[-1]
+    origin = getattr(champion, "data_origin", None)
+    return f"{data} ({origin})" if origin else data
 
 
 @router.get("/metrics", response_class=Response, responses={200: {"content": {"text/plain": {}}}})
