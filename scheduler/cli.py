@@ -16,7 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedCo
 from rich.table import Table
 
 from perfcast.errors import PerfcastError
-from perfcast.scheduler.sim.costs import Costs
+from perfcast.scheduler.sim.costs import DEFAULT_MIN_RUN_S, Costs
 
 if TYPE_CHECKING:
     from perfcast.predictor.backend import PredictionBackend
@@ -105,6 +105,20 @@ def simulate(
         float | None,
         typer.Option(help="Decide only every N seconds (fixed rounds); default: after events."),
     ] = None,
+    min_run_s: Annotated[
+        float,
+        typer.Option(
+            help="Minimum quantum: no job is preempted within N seconds of its (re)start."
+        ),
+    ] = DEFAULT_MIN_RUN_S,
+    progress: Annotated[
+        str,
+        typer.Option(
+            help="How jobs named as Pollux's applications progress: duration (their traced "
+            "duration_s), statistical (Pollux's epochs at statistical efficiency, T4 step "
+            "times), or auto (statistical only for pollux-workloads)."
+        ),
+    ] = "auto",
     policy_option: Annotated[
         list[str] | None,
         typer.Option(
@@ -141,10 +155,25 @@ def simulate(
     options = parse_policy_options(policy_option or [])
     backend = backend_factory(predictor, url)
     costs = Costs(restart_s=restart_s, start_s=start_s, resize_s=resize_s, migrate_s=migrate_s)
-    workload = prepare_workload(trace, spec, load=load, max_jobs=max_jobs, seed=seed)
+    if progress not in ("auto", "duration", "statistical"):
+        raise PerfcastError(f"--progress {progress!r}: choose auto, duration or statistical")
+    workload = prepare_workload(
+        trace,
+        spec,
+        load=load,
+        max_jobs=max_jobs,
+        seed=seed,
+        progress=None if progress == "auto" else progress,
+    )
     if workload.dropped:
         for why, count in workload.dropped.items():
             console.print(f"dropped {count} job(s): {why}")
+    if workload.statistical_jobs:
+        matched = ", ".join(f"{t} x{n}" for t, n in sorted(workload.statistical_jobs.items()))
+        console.print(
+            f"statistical progress (Pollux's application models, T4 step times) for "
+            f"{sum(workload.statistical_jobs.values())} job(s) matched by name: {matched}"
+        )
     with Progress(
         "[progress.description]{task.description}",
         BarColumn(),
@@ -156,7 +185,7 @@ def simulate(
         task = bar.add_task(f"{policy} on {spec}", total=len(workload.jobs))
         last = [0]
 
-        def progress(done: int, total: int) -> None:
+        def show_progress(done: int, total: int) -> None:
             if done - last[0] >= 200 or done == total:
                 bar.update(task, completed=done)
                 last[0] = done
@@ -169,8 +198,9 @@ def simulate(
             backend=backend,
             predictor=predictor,
             costs=costs,
-            on_progress=progress,
+            on_progress=show_progress,
             round_s=round_s,
+            min_run_s=min_run_s,
         )
     table = Table(title=f"{trace} on {spec}, {policy} ({run.summary['predictor']} predictions)")
     table.add_column("metric")

@@ -10,17 +10,18 @@ import time
 import pandas as pd
 import pytest
 from conftest import requires_data
-from scheduler_synthetic import SYNTHETIC_PAIRS
+from scheduler_synthetic import SYNTHETIC_PAIRS, synthetic_workload
 
 from perfcast.errors import PerfcastError
-from perfcast.scheduler.core import ClusterSpec
+from perfcast.scheduler.core import ClusterSpec, ClusterState
 from perfcast.scheduler.core.jobs import Job
+from perfcast.scheduler.oracle import OracleBackend
 from perfcast.scheduler.policies import make_policy
 from perfcast.scheduler.sim import goodput
 from perfcast.scheduler.sim.catalog import InterferenceCatalog, ScalingCatalog
 from perfcast.scheduler.sim.engine import RateError, simulate
 from perfcast.scheduler.sim.run import prepare_workload
-from perfcast.scheduler.sim.workload import Workload
+from perfcast.scheduler.sim.workload import Workload, build_workload
 
 NAN_TRACE = (
     "job_id,submit_time_s,num_gpus,duration_s,job,batch_size\nA,0,8,1000,resnet18-cifar10,32\n"
@@ -77,3 +78,54 @@ def test_a_nan_step_time_is_refused_naming_the_job_and_its_placement():
     with pytest.raises(RateError, match=where):
         simulate(workload, ClusterSpec.parse("1x4:v100"), make_policy("fifo"))
     assert issubclass(RateError, PerfcastError)  # the command line's exit 2
+
+
+TRACE_HEAD = "job_id,submit_time_s,num_gpus,duration_s,job,global_batch_size\n"
+
+
+@requires_data
+def test_a_trace_s_duration_is_the_truth_unless_the_run_opts_into_statistical_progress(tmp_path):
+    # a resnet50-imagenet row on V100s: by default it runs its traced 600 s; opted in, it trains
+    # for ImageNet's 90 epochs at Pollux's T4 speeds, and the oracle is told that run time
+    trace = tmp_path / "other-cluster.csv"
+    trace.write_text(TRACE_HEAD + "a,0,4,600,resnet50-imagenet,800\n")
+    spec = ClusterSpec.parse("2x4:v100")
+    plain = prepare_workload(str(trace), spec)
+    assert plain.progress == "duration" and not plain.statistical_jobs
+    assert not plain.jobs[0].statistical and plain.jobs[0].duration_s == 600.0
+    result = simulate(plain, spec, make_policy("fifo"))
+    assert result.jobs["a"].finish_s == pytest.approx(600.0)
+
+    opted = prepare_workload(str(trace), spec, progress="statistical")
+    job = opted.jobs[0]
+    assert opted.statistical_jobs == {"resnet50-imagenet": 1} and job.statistical
+    app = goodput.application("resnet50-imagenet")
+    assert job.duration_s == pytest.approx(app.run_time((4,), 800))
+    assert job.duration_s > 10 * 600.0  # nothing like the trace's 600 s
+    oracle = OracleBackend(opted.scaling, opted.interference, opted.jobs)
+    told = oracle.predict("duration", pd.DataFrame({"job_id": ["a"]}))["duration_s"].iloc[0]
+    ran = simulate(opted, spec, make_policy("fifo")).jobs["a"].finish_s
+    assert told == pytest.approx(ran, rel=1e-6)  # alone at its requested size: what it ran
+
+
+@requires_data
+def test_pollux_workloads_opt_in_by_name_and_report_every_match():
+    workload = prepare_workload(
+        "pollux-workloads:workloads/workload-1", ClusterSpec.parse("16x4:t4")
+    )
+    assert workload.progress == "statistical"
+    assert sum(workload.statistical_jobs.values()) == len(workload.jobs) == 160
+    assert set(workload.statistical_jobs) <= set(goodput.APPLICATIONS)
+
+
+def test_an_unknown_progress_model_is_a_clear_error():
+    workload = synthetic_workload([("a", 0.0, "fast", 1, 10.0)])
+    trace = pd.DataFrame(
+        [("a", 0.0, "fast", 1, 10.0)],
+        columns=["job_id", "submit_time_s", "job", "num_gpus", "duration_s"],
+    )
+    cluster = ClusterState(ClusterSpec.parse("1x1:v100"))
+    with pytest.raises(
+        PerfcastError, match="progress 'epochs': choose one of duration, statistical"
+    ):
+        build_workload(trace, cluster, workload.scaling, workload.interference, progress="epochs")

@@ -74,6 +74,7 @@ class JobState:
     attained_gpu_s: float = 0.0  # GPU-seconds held so far (Tiresias's attained service)
     run_time_s: float = 0.0  # wall seconds spent holding GPUs
     first_start_s: float | None = None
+    last_start_s: float | None = None  # of its latest run (start or resume)
     finish_s: float | None = None
     preemptions: int = 0
     migrations: int = 0

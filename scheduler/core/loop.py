@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from perfcast.scheduler.core.predictions import JobPredictor
 
 log = logging.getLogger(__name__)
+_QUANTUM_EPS = 1e-6  # a round at exactly the end of a quantum may preempt (float rounding)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +76,7 @@ def apply_decision(decision: Decision, cluster: ClusterState, jobs: JobTable, no
         state.batch_size, state.share = decision.batch_size, decision.share
         if state.first_start_s is None:
             state.first_start_s = now
+        state.last_start_s = now
         return
     if state.status is not JobStatus.RUNNING:
         action = type(decision).__name__.lower()
@@ -199,7 +201,13 @@ class ConsolidatedPlacement:
 
 
 class SchedulingLoop:
-    """Admission, policy and placement over one cluster, feeding an executor."""
+    """Admission, policy and placement over one cluster, feeding an executor.
+
+    `min_run_s` is a minimum quantum (as Gandiva's time slices): a job (re)started
+    less than `min_run_s` ago keeps its GPUs even if the policy drops it, so no policy can
+    preempt a job more than once per `min_run_s` it holds GPUs (preemptions x min_run_s <= time
+    held). `held_until` is when the earliest job held this round may be dropped: a round is
+    due then (the simulator wakes up for it)."""
 
     def __init__(
         self,
@@ -210,7 +218,12 @@ class SchedulingLoop:
         predictor: JobPredictor | None = None,
         admission: AdmissionControl | None = None,
         placement: JobPlacement | None = None,
+        min_run_s: float = 0.0,
     ) -> None:
+        if not min_run_s >= 0:
+            raise ValueError(f"min_run_s must be >= 0, got {min_run_s}")
+        self.min_run_s = float(min_run_s)
+        self.held_until: float | None = None
         self.cluster, self.policy, self.executor = cluster, policy, executor
         self.predictor = predictor
         self.admission = admission or AcceptAll()
@@ -231,11 +244,33 @@ class SchedulingLoop:
     def round(self, now: float) -> list[Decision]:
         """One scheduling round: policy, placement, then the executor acts on the decisions."""
         ctx = self.context(now)
-        schedule = self.policy.schedule(ctx)
+        schedule = self.hold_quantum(self.policy.schedule(ctx), ctx)
         self.placement.place(schedule, ctx)
         if ctx.decisions:
             self.executor.apply(ctx.decisions, self.jobs, now)
         return ctx.decisions
+
+    def hold_quantum(self, schedule: list[Allocation], ctx: RoundContext) -> list[Allocation]:
+        """`schedule` with the running jobs it drops inside their quantum put back first, at
+        the GPUs and batch they hold (what they displaced waits; placement starts only what
+        fits). Sets `held_until`."""
+        self.held_until = None
+        if self.min_run_s <= 0:
+            return schedule
+        keep = isinstance(schedule, Schedule) and schedule.keep_running
+        wanted = {a.job_id: a for a in schedule}
+        held = []
+        for state in self.jobs.running():
+            until = (state.last_start_s or 0.0) + self.min_run_s
+            alloc = wanted.get(state.job_id)
+            dropped = alloc.num_gpus == 0 if alloc is not None else not keep
+            if dropped and until > ctx.now + _QUANTUM_EPS:
+                held.append(Allocation(state.job_id, state.num_gpus, state.batch_size, state.share))
+                self.held_until = until if self.held_until is None else min(self.held_until, until)
+        if not held:
+            return schedule
+        ids = {a.job_id for a in held}
+        return Schedule(held + [a for a in schedule if a.job_id not in ids], keep_running=keep)
 
     def report_progress(self, job_id: str, samples_done: float, now: float) -> None:
         """The executor's account of a job's progress (samples done so far). A report for a

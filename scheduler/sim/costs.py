@@ -9,11 +9,18 @@
 - `start_s` = 0 s: a job's first start is free by default; the Pollux artifact's simulator
   charges every (re)allocation, the first one included, 30 s (`Job.reallocate`).
 The GPUs stay held (and counted) while a job pays these; it makes no progress meanwhile.
+
+`DEFAULT_MIN_RUN_S`, the minimum quantum that pays for them: a job runs at least 60 s after
+each (re)start before a policy may preempt it (`SchedulingLoop.min_run_s`), so its preemptions
+are at most its time held / 60 s and no policy can make it thrash. As long as the Pollux
+artifact's 60 s rounds, so a run in rounds of 60 s or more never meets it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+DEFAULT_MIN_RUN_S = 60.0
 
 
 @dataclass(frozen=True, slots=True)

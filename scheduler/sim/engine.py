@@ -33,7 +33,7 @@ from perfcast.scheduler.core.jobs import JobState, JobTable
 from perfcast.scheduler.core.loop import SchedulingLoop, SchedulingPolicy
 from perfcast.scheduler.core.predictions import JobPredictor
 from perfcast.scheduler.sim import goodput
-from perfcast.scheduler.sim.costs import Costs
+from perfcast.scheduler.sim.costs import DEFAULT_MIN_RUN_S, Costs
 from perfcast.scheduler.sim.workload import Workload
 
 _EPS = 1e-9
@@ -301,8 +301,12 @@ def simulate(
     costs: Costs | None = None,
     on_progress: ProgressCallback | None = None,
     round_s: float | None = None,
+    min_run_s: float = DEFAULT_MIN_RUN_S,
 ) -> SimResult:
     """Run `workload` on a cluster `spec` under `policy` until every job is done.
+
+    `min_run_s`: the minimum quantum (`SchedulingLoop`): no job is preempted within that long
+    of its (re)start, and a round is held when the earliest such protection ends.
 
     With `round_s`, decisions are taken only at multiples of `round_s` of the trace's clock
     (as in schedulers that run in fixed rounds, e.g. Muri's testbed every 360 s, the Pollux
@@ -320,7 +324,7 @@ def simulate(
     policy.configure(workload)
     cluster = ClusterState(spec)
     executor = SimulatedExecutor(workload, cluster, costs or Costs())
-    loop = SchedulingLoop(cluster, policy, executor, predictor=predictor)
+    loop = SchedulingLoop(cluster, policy, executor, predictor=predictor, min_run_s=min_run_s)
     jobs = sorted(workload.jobs, key=lambda j: j.submit_time_s)
     total, arrived, finished, rounds, decisions = len(jobs), 0, 0, 0, 0
     acc = executor.accounting
@@ -381,6 +385,8 @@ def simulate(
         timer = policy.next_wakeup(loop.context(now))
         if timer is not None and not math.isfinite(timer):
             raise SimulationError(f"policy {policy.name} asked for a round at {timer}")
+        if loop.held_until is not None:  # a job kept by its quantum may be preempted then
+            timer = loop.held_until if timer is None else min(timer, loop.held_until)
         if timer is not None and timer <= now:
             timer = None
         if timer is not None and round_s is not None:

@@ -200,6 +200,16 @@ class Application:
         gain = (var + sqr) / denom if denom > 0 else 1.0
         return gain / scale
 
+    def run_time(self, placement: tuple[int, ...], batch: int) -> float:
+        """Seconds to train for `max_epochs` alone on `placement` at global `batch`: what the
+        simulator runs such a job for (the oracle's duration)."""
+        total = 0.0
+        for epoch in range(self.max_epochs):
+            start, end = (float(self.starts[e]) * self.init_batch for e in (epoch, epoch + 1))
+            if end > start:
+                total += (end - start) / self.rate(placement, batch, start)
+        return total
+
     def rate(self, placement: tuple[int, ...], batch: int, work: float) -> float:
         """Initial-batch samples per second of a job with global `batch` on `placement` after
         `work` samples of progress."""

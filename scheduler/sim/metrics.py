@@ -91,6 +91,9 @@ def summarize(result: SimResult) -> dict[str, float | int | str]:
         "migrations": int(df["migrations"].sum()),
         "resizes": int(df["resizes"].sum()),
         "gpu_hours": float(result.accounting.busy_gpu_s / 3600),
+        # how the trace's jobs progressed, and how many were matched to a Pollux application
+        "progress": result.workload.progress,
+        "statistical_jobs": sum(result.workload.statistical_jobs.values()),
     }
     out |= result.policy_stats
     if has_deadline.any():

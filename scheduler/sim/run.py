@@ -21,11 +21,17 @@ from perfcast.scheduler.core.predictions import JobPredictor
 from perfcast.scheduler.oracle import OracleBackend
 from perfcast.scheduler.policies import make_policy
 from perfcast.scheduler.sim import hpsearch
-from perfcast.scheduler.sim.costs import Costs
+from perfcast.scheduler.sim.costs import DEFAULT_MIN_RUN_S, Costs
 from perfcast.scheduler.sim.engine import ProgressCallback, SimResult, simulate
 from perfcast.scheduler.sim.metrics import job_table, plot_jct_cdf, summarize
 from perfcast.scheduler.sim.report import TIMELINE_COLUMNS, write_report
-from perfcast.scheduler.sim.workload import Workload, build_workload, load_catalogs, read_trace
+from perfcast.scheduler.sim.workload import (
+    Workload,
+    build_workload,
+    default_progress,
+    load_catalogs,
+    read_trace,
+)
 
 
 @dataclass
@@ -42,7 +48,11 @@ def prepare_workload(
     load: float = 1.0,
     max_jobs: int | None = None,
     seed: int = 0,
+    progress: str | None = None,
 ) -> Workload:
+    """The simulator's jobs from a trace name. `progress`: how jobs named as Pollux's
+    applications progress (`statistical` or `duration`); default, statistical only for the
+    traces that opt in (`workload.STATISTICAL_TRACES`)."""
     gpus_per_node = max(g.gpus_per_node for g in spec.groups)
     scaling, interference = load_catalogs(gpus_per_node)
     if trace == hpsearch.NAME:
@@ -56,6 +66,7 @@ def prepare_workload(
         seed=seed,
         load_factor=load,
         max_jobs=max_jobs,
+        progress=progress or default_progress(trace),
     )
 
 
@@ -78,6 +89,7 @@ def run_simulation(
     costs: Costs | None = None,
     on_progress: ProgressCallback | None = None,
     round_s: float | None = None,
+    min_run_s: float = DEFAULT_MIN_RUN_S,
 ) -> SimRun:
     """Simulate `workload` under `policy_name` built with `policy_options`; a policy that
     needs predictions decides with `backend(workload)`, reported as `predictor`."""
@@ -98,6 +110,7 @@ def run_simulation(
         costs=costs,
         on_progress=on_progress,
         round_s=round_s,
+        min_run_s=min_run_s,
     )
     summary = summarize(result) | {"predictor": predictor if job_predictor else "none"}
     return SimRun(result, summary, job_table(result))

@@ -10,16 +10,22 @@ Mapping rule (also in docs/scheduler.md):
   either, the type's most measured local batch. The global batch is then the local batch times
   the requested GPUs.
 - Work: `total_samples` = traced duration x true throughput at the requested size, so a job
-  run alone at its requested size takes exactly its traced duration. A job the trace names as
-  one of Pollux's applications instead trains for that application's epochs, its progress
-  counting statistical efficiency (`goodput.py`), as in the Pollux artifact's simulator; its
-  `duration_s` stays the trace's estimate.
+  run alone at its requested size takes exactly its traced duration: `duration_s` is the
+  truth. Only where the run opts into statistical progress (`progress="statistical"`: the
+  default for the traces in `STATISTICAL_TRACES`, Pollux's own workloads, or asked for
+  explicitly) does a job the trace names as one of Pollux's applications train for that
+  application's epochs instead, its progress counting statistical efficiency (`goodput.py`),
+  as in the Pollux artifact's simulator; its `duration_s` is then the run time that model
+  gives it alone at its requested size, packed (what the oracle hands policies), and the
+  matches are counted in `Workload.statistical_jobs` (reported with the run). A name alone
+  never switches a job's progress model.
 - Jobs asking for 0 GPUs or more GPUs than the cluster has are dropped (and counted).
 - Load: submit times divided by `load` (load 2 = arrivals twice as dense).
 """
 
 from __future__ import annotations
 
+import math
 import zlib
 from collections import Counter
 from dataclasses import dataclass, field
@@ -41,8 +47,20 @@ SCALING_DATASETS = ("muri-scaling", "pollux-scaling", "gavel-scaling", "chronus-
 INTERFERENCE_DATASETS = ("gavel-interference",)
 
 
+PROGRESS = ("duration", "statistical")
+# traces whose jobs are the Pollux artifact's applications (its job mixes): they opt into
+# statistical progress by name; any other trace runs its `duration_s` unless told otherwise
+STATISTICAL_TRACES = frozenset({"pollux-workloads"})
+
+
 class TraceError(PerfcastError):
     """A trace name or file that cannot be read as a trace."""
+
+
+def default_progress(trace: str) -> str:
+    """How a trace's jobs progress unless the run says: statistically for the traces that opt
+    in (`STATISTICAL_TRACES`), else at their traced duration."""
+    return "statistical" if trace.partition(":")[0] in STATISTICAL_TRACES else "duration"
 
 
 def read_trace(spec: str) -> pd.DataFrame:
@@ -94,6 +112,9 @@ class Workload:
     dropped: Counter[str] = field(default_factory=Counter)
     drawn_types: int = 0  # jobs whose type was drawn (the trace named no measured model)
     origin_s: float = 0.0  # the trace's clock at simulated time 0 (fixed rounds align to it)
+    progress: str = "duration"  # how named jobs progress: PROGRESS
+    # jobs matched to a Pollux application model, by job type (statistical progress only)
+    statistical_jobs: Counter[str] = field(default_factory=Counter)
 
     def statistical_model(self, job_type: str) -> goodput.Application | None:
         """The measured goodput model of a job type whose jobs progress at statistical
@@ -115,10 +136,13 @@ def build_workload(
     seed: int = 0,
     load_factor: float = 1.0,
     max_jobs: int | None = None,
+    progress: str = "duration",
 ) -> Workload:
     """Simulator jobs from a trace table (see the module docstring for the rules)."""
     if load_factor <= 0:
         raise PerfcastError(f"load must be > 0, got {load_factor}")
+    if progress not in PROGRESS:
+        raise PerfcastError(f"progress {progress!r}: choose one of {', '.join(PROGRESS)}")
     table = trace.sort_values("submit_time_s", kind="stable")
     if max_jobs is not None:
         table = table.head(max_jobs)
@@ -135,7 +159,15 @@ def build_workload(
     global_batches = table.get("global_batch_size")
     users, vcs = table.get("user"), table.get("vc")
     deadlines = table.get("deadline_s")
-    jobs, drawn = [], 0
+    jobs, drawn, matched = [], 0, Counter[str]()
+    # nodes of the main GPU type first, largest first: where a job's run time alone is counted
+    node_sizes = [
+        size
+        for _, size in sorted(
+            zip(cluster.node_type, cluster.node_size, strict=True),
+            key=lambda node: (node[0] != gpu_type, -node[1]),
+        )
+    ]
     for i, (job_id, submit, gpus, duration) in enumerate(
         zip(
             table["job_id"].astype(str),
@@ -164,10 +196,19 @@ def build_workload(
                 local = int(batches.iat[i])
             batch = (local or scaling.reference_local_batch(job_type)) * int(gpus)
         rate = scaling.throughput(job_type, gpu_type, int(gpus), batch)
-        work = float(duration) * rate
-        app = goodput.application(job_type) if trace_job == job_type else None
+        work, duration = float(duration) * rate, float(duration)
+        app = None
+        if progress == "statistical" and trace_job == job_type:
+            app = goodput.application(job_type)
         if app is not None:  # a Pollux job mix: trained for its epochs, at statistical speed
             work = app.total_work
+            duration = app.run_time(packed(node_sizes, int(gpus)), batch)
+            matched[job_type] += 1
+        if not (math.isfinite(work) and work > 0 and math.isfinite(duration)):
+            raise TraceError(
+                f"job {job_id} ({job_type}, {gpus} {gpu_type} GPU(s), batch {batch}): no finite "
+                f"work to simulate (work {work} samples, duration {duration} s)"
+            )
         submit_s = float(submit - start) / load_factor
         deadline = None
         if deadlines is not None and not pd.isna(deadlines.iat[i]):
@@ -180,7 +221,7 @@ def build_workload(
                 num_gpus=int(gpus),
                 batch_size=batch,
                 total_samples=work,
-                duration_s=float(duration),
+                duration_s=duration,
                 user=None if users is None or pd.isna(users.iat[i]) else str(users.iat[i]),
                 vc=None if vcs is None or pd.isna(vcs.iat[i]) else str(vcs.iat[i]),
                 trace_job=trace_job,
@@ -189,4 +230,19 @@ def build_workload(
                 statistical=app is not None,
             )
         )
-    return Workload(name, jobs, scaling, interference, dropped, drawn, start / load_factor)
+    return Workload(
+        name, jobs, scaling, interference, dropped, drawn, start / load_factor, progress, matched
+    )
+
+
+def packed(node_sizes: list[int], num_gpus: int) -> tuple[int, ...]:
+    """GPUs per node of `num_gpus` on the fewest of nodes with `node_sizes` (largest first)."""
+    placement, left = [], num_gpus
+    for size in node_sizes:
+        if left <= 0:
+            break
+        placement.append(min(size, left))
+        left -= placement[-1]
+    if left > 0:
+        raise PerfcastError(f"{num_gpus} GPUs do not fit on nodes of {node_sizes} GPUs")
+    return tuple(placement)
