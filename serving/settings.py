@@ -9,7 +9,8 @@ limits takes more than a few seconds or a few hundred MB on the reference 2-core
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, fields
+import resource
+from dataclasses import dataclass, field, fields
 
 from perfcast.errors import PerfcastError
 from perfcast.predictor.backend import TASKS
@@ -47,8 +48,8 @@ class Settings:
     max_header_bytes: int = 64 * 2**10
     # connections kept open, in total and per client address; past them the one idle longest
     # is closed to make room (serving/server.py)
-    max_connections: int = 4096
-    max_connections_per_client: int = 1024
+    max_connections: int = field(default_factory=lambda: _open_files_allowed(8192))
+    max_connections_per_client: int = 2048
     # predictions a placement makes: pairs of one-GPU jobs × GPU types (each pair's slowdown)
     # plus multi-GPU jobs × GPU types × node counts (each spread's step time)
     max_placement_predictions: int = 250_000
@@ -76,19 +77,19 @@ class Settings:
         except ValueError:
             raise PerfcastError("PERFCAST_MAX_BODY_MB must be a number of megabytes") from None
         limits = {}
-        for field in fields(cls):
-            timeout = field.name.endswith("_timeout_s")
-            if not field.name.startswith("max_") and not timeout:
+        for setting in fields(cls):
+            timeout = setting.name.endswith("_timeout_s")
+            if not setting.name.startswith("max_") and not timeout:
                 continue
-            variable = f"PERFCAST_{field.name.upper()}"
-            if field.name == "max_body_bytes" or variable not in os.environ:
+            variable = f"PERFCAST_{setting.name.upper()}"
+            if setting.name == "max_body_bytes" or variable not in os.environ:
                 continue
             kind = float if timeout else int
             try:
-                limits[field.name] = kind(os.environ[variable])
+                limits[setting.name] = kind(os.environ[variable])
             except ValueError:
                 raise PerfcastError(f"{variable} must be a number") from None
-            if limits[field.name] <= 0:
+            if limits[setting.name] <= 0:
                 raise PerfcastError(f"{variable} must be > 0")
         return cls(
             api_key=os.environ.get("PERFCAST_API_KEY") or None,
@@ -108,3 +109,12 @@ def _names(variable: str, default: tuple[str, ...]) -> tuple[str, ...]:
     if not names:
         raise PerfcastError(f"{variable} is empty; give comma-separated names, or unset it")
     return names
+
+
+def _open_files_allowed(wanted: int) -> int:
+    """`wanted`, or fewer where the process may not open that many files (each connection is
+    one; 256 are left for the models, logs and the store)."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return wanted
+    return max(64, min(wanted, soft - 256))
