@@ -307,3 +307,34 @@ def test_a_validation_storm_is_cut_at_the_first_bad_job(models) -> None:
     detail = r.json()["detail"]
     assert {tuple(d["loc"][:3]) for d in detail} == {("body", "jobs", 0)}, detail
     assert took < 2.0, took  # 0.2 s here (1.2 s when each of the 10,000 jobs was validated)
+
+
+def test_the_pages_go_through_the_same_admission_as_the_api(models) -> None:
+    client = TestClient(_app(models, max_in_flight=0))  # every place taken
+    for path in ("/ui/ask", "/v1/models"):
+        r = client.get(path)
+        assert r.status_code == 503 and r.headers["retry-after"] == "1", path
+    assert client.get("/healthz").status_code == 200
+    assert client.get("/readyz").status_code == 200
+
+
+def test_pipelined_requests_then_a_reset_log_no_error(models, caplog) -> None:
+    import logging
+    import struct
+
+    caplog.set_level(logging.ERROR)
+    body = json.dumps({"rows": [ROW]}).encode()
+    request = (b"POST /v1/predict/scaling HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+               b"Content-Type: application/json\r\nContent-Length: "
+               + str(len(body)).encode() + b"\r\n\r\n" + body)  # fmt: skip
+    with LoopbackServer(_app(models)) as url:
+        port = int(url.rsplit(":", 1)[1])
+        for _ in range(5):
+            sock = socket.create_connection(("127.0.0.1", port))
+            sock.sendall(request * 50)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            sock.close()  # a reset, with answers still being written
+        time.sleep(1.0)
+        assert httpx.post(f"{url}{PREDICT}", json={"rows": [ROW]}).status_code == 200
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert not errors, [r.getMessage() for r in errors]
