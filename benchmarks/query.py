@@ -69,7 +69,9 @@ def _held_out(rows: pd.DataFrame, split: str, family: str, epochs: int) -> pd.Da
             params = {"epochs": epochs} if family in ("rnn", "gnn") else {}
             predictor = make_predictor("query", family, **params).fit(train)
             pred = predictor.predict_interval(test).reindex(truth.index)
-            out = pred.set_axis(["y", "p10", "p90"], axis=1)
+            target = "e2e_latency_ms"
+            out = pred[[target, f"{target}_p10", f"{target}_p90", "flags"]]
+            out = out.set_axis(["y", "p10", "p90", "flags"], axis=1)
         parts.append(out.assign(truth=truth))
     return pd.concat(parts)
 

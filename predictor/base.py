@@ -22,8 +22,9 @@ from perfcast.errors import ContractError
 # The shape of the predictors' learned state. Bump it whenever a change to a predictor or its
 # features would make a model saved by an earlier perfcast unreadable or wrong: champions saved
 # in another format are not loaded (training/model_store.py), and the next training replaces them.
-# 17: the registry records each model's sha256 and loads only files that match it.
-MODEL_FORMAT = 17
+# 18: query models flag what their training did not cover; 17: the registry records each
+# model's sha256 and loads only files that match it.
+MODEL_FORMAT = 18
 
 # What a model knows of a prediction row: `predict_interval` frames carry a string column
 # `flags`, comma-separated tokens from this vocabulary in this order ("" when none), and the
@@ -53,6 +54,13 @@ FLAGS: dict[str, str] = {
     "new_model": "the model (the graph's `model` name) was never seen in training: the "
     "per-op model's sum answers, with the interval of its errors on models (and devices) it "
     "never saw",
+    # query
+    "new_query": "the query was never seen in training: the interval is calibrated on the "
+    "training runs' errors with their whole query held out",
+    "new_scale": "an input scale beyond the largest its engine was trained on (an "
+    "extrapolation in data size): the interval is calibrated on each engine's largest scale "
+    "held out",
+    "new_operator": "an operator kind never seen in training: the wider of the two margins",
     # duration
     "new_trace": "the job's trace (`source`) was not among the training traces: the "
     "prediction is shrunk toward the training median as far as the cross-trace check "

@@ -41,7 +41,7 @@ def conformal_margin(scores: np.ndarray, coverage: float = INTERVAL_COVERAGE) ->
     return float(np.quantile(scores, level))
 
 
-def _take(X: pd.DataFrame | list, idx: np.ndarray) -> pd.DataFrame | list:
+def take_rows(X: pd.DataFrame | list, idx: np.ndarray) -> pd.DataFrame | list:
     return X.iloc[idx] if isinstance(X, pd.DataFrame) else [X[i] for i in idx]
 
 
@@ -449,8 +449,8 @@ class ConformalQuantiles(BaseEstimator):
             for train, test in self._folds(X, groups):
                 for i, params in enumerate(candidates):
                     model = clone(self.regressor).set_params(**params)
-                    lo, mid, hi = model.fit(_take(X, train), y[train]).predict_quantiles(
-                        _take(X, test)
+                    lo, mid, hi = model.fit(take_rows(X, train), y[train]).predict_quantiles(
+                        take_rows(X, test)
                     )
                     scores[i, test] = conformity_scores(lo, hi, y[test])
                     errors[i, test] = np.abs(mid - y[test])
