@@ -305,14 +305,14 @@ def fidelity_table() -> str:
 PEER_CLUSTER = "16x4:t4"
 PEER_COSTS = Costs(restart_s=30.0, start_s=30.0, resize_s=30.0, migrate_s=30.0)
 PEER_ROUND_S = 60.0
-# label: (policy, options); `pollux` decides from throughput models fitted to what the jobs of
-# a type reported, `pollux-per-job` to what each job reported itself (as Pollux does),
-# `pollux-oracle` from the jobs' true step times and gradient noise
+# label: (policy, options); `pollux` (the default) decides from throughput models fitted to
+# what each job reported itself, as Pollux does; `pollux-pooled` to what every job of a type
+# reported (knowledge Pollux lacks); `pollux-oracle` from the jobs' true step times and noise
 PEER_POLICIES = {
     "tiresias": ("tiresias", {"thresholds": 16 * 3600.0}),
     "elastic": ("elastic", {}),
-    "pollux": ("pollux", {"model": "fitted", "profile": "type"}),
-    "pollux-per-job": ("pollux", {"model": "fitted", "profile": "job"}),
+    "pollux": ("pollux", {"model": "fitted", "profile": "job"}),
+    "pollux-pooled": ("pollux", {"model": "fitted", "profile": "type"}),
     "pollux-oracle": ("pollux", {"model": "oracle"}),
 }
 PEER_RESULTS = "pollux/simulator/results-jobload/{}-1.0/summary.json"
@@ -357,10 +357,10 @@ def peer_table() -> tuple[str, int, int]:
                 "tiresias (ours, s)": ours["tiresias"],
                 "tiresias (artifact, s)": theirs["tiresias"],
                 "tiresias error": f"{error:+.1%}",
-                "pollux, fitted (ours, s)": ours["pollux"],
+                "pollux, per job (ours, s)": ours["pollux"],
                 "pollux (artifact, s)": theirs["pollux"],
-                "fitted / artifact": ours["pollux"] / theirs["pollux"],
-                "per job / artifact": ours["pollux-per-job"] / theirs["pollux"],
+                "per job / artifact": ours["pollux"] / theirs["pollux"],
+                "pooled / artifact": ours["pollux-pooled"] / theirs["pollux"],
                 "pollux, oracle (ours, s)": ours["pollux-oracle"],
                 "oracle / artifact": ours["pollux-oracle"] / theirs["pollux"],
                 "elastic (ours, s)": ours["elastic"],
@@ -384,12 +384,14 @@ their application's epochs with progress counted at statistical efficiency (the 
 gradient-noise traces) and placement-dependent T4 step times (scheduler/sim/goodput.py). The
 artifact's figures are its published average JCTs
 (`pollux/simulator/results-jobload/*-1.0/summary.json`). Tiresias within 5%: {within} of 8.
-perfcast's `pollux` policy below the artifact's Pollux: {below} of 8. It decides from what the
-jobs report: a throughput model fitted to the step times of the configurations the jobs of a
-type ran (least squares over Pollux's model; a type never run gets one GPU, then at most twice
-the GPUs it has run on) and the gradient noise each job measured at its current batch,
-extrapolated to other batches with Pollux's formula. `per job`: each job's model fitted to its
-own reports alone, as Pollux does (`--policy-option profile=job`). `pollux, oracle` reads step
+perfcast's `pollux` policy (per job, its default) below the artifact's Pollux: {below} of 8. It
+decides from what each job reports, as Pollux does: a throughput model fitted to the step times
+of the configurations the job ran (least squares over Pollux's model; a job never run gets one
+GPU, then at most twice the GPUs it has run on) and the gradient noise it measured at its
+current batch, extrapolated to other batches with Pollux's formula. `pooled`: each job's model
+fitted to the reports of every job of its type, finished ones included
+(`--policy-option profile=type`), knowledge Pollux does not have: a new job starts with a fitted
+model and a cap of twice the type's most GPUs. `pollux, oracle` reads step
 times and noise from the jobs' truth (`--policy-option model=oracle`). perfcast allocates by greedy
 proportional gain over packed placements instead of the artifact's genetic search over node
 placements, and orders jobs by classes of attained service. `elastic` decides from step-time

@@ -122,10 +122,36 @@ def test_a_job_gets_one_gpu_then_at_most_twice_the_gpus_it_ran_on() -> None:
     apply_decision(Run(job.job_id, slots, alloc.batch_size), cluster, jobs, 0.0)
     (alloc,) = policy.schedule(RoundContext(3600.0, cluster, jobs))
     assert alloc.num_gpus <= 2  # cifar10 scales, but it has run on one GPU only
-    profile = policy.profiles[job.job_type]  # profile=type, the default
+    profile = policy.profiles[job.job_id]  # profile=job, the default: its own reports
     assert list(profile.reports) == [(1, 1, app.init_batch)]
     step, sync = app.step_and_sync((1,), app.init_batch)
     assert profile.reports[(1, 1, app.init_batch)] == pytest.approx((step - sync, step))
+
+
+@pytest.mark.skipif(not shared_data_available(), reason="the public datasets are not available")
+@pytest.mark.parametrize("profile", ["job", "type"])
+def test_a_new_job_learns_from_others_of_its_type_only_when_pooling_is_asked(profile) -> None:
+    # real Pollux fits each job from its own reports: a second cifar10 job starts at one GPU
+    # and its own first report, however much the first one reported; pooling (profile=type)
+    # is extra knowledge, with which the newcomer starts from the type's model and cap
+    from perfcast.scheduler.sim.run import prepare_workload
+
+    workload = prepare_workload("pollux-workloads:workloads/workload-1", SPEC)
+    policy = make_policy("pollux", profile=profile)
+    policy.configure(workload)
+    jobs, cluster = JobTable(), ClusterState(SPEC)
+    first, second = [j for j in workload.jobs if j.job_type == "resnet18-cifar10"][:2]
+    jobs.add(first)
+    policy.schedule(RoundContext(0.0, cluster, jobs))
+    apply_decision(Run(first.job_id, cluster.find_free(4, None), 512), cluster, jobs, 0.0)
+    policy.schedule(RoundContext(600.0, cluster, jobs))  # the first job reports 4 GPUs
+    jobs.add(second)
+    allocs = {a.job_id: a for a in policy.schedule(RoundContext(1200.0, cluster, jobs))}
+    if profile == "job":
+        assert second.job_id not in policy.profiles and allocs[second.job_id].num_gpus == 1
+    else:
+        assert policy.profiles[second.job_type].max_replicas == 8
+        assert allocs[second.job_id].num_gpus > 1  # the pooled model says cifar10 scales
 
 
 def test_a_configuration_run_predicts_what_it_reported_and_others_what_the_model_does() -> None:

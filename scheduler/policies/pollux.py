@@ -7,7 +7,8 @@ and batch size are chosen for goodput, throughput x statistical efficiency.
   batch), of samples/s at that batch times the statistical efficiency the job's gradient noise
   of its current epoch gives it. `model=fitted` (the default, as Pollux): step times come from
   a throughput model fitted to the step times each job reported in the configurations it ran
-  (`pollux_throughput`; in a GPU count already run, the model scaled to what was reported
+  (`pollux_throughput`; `profile=type` pools the reports of every job of a type instead, knowledge
+  Pollux does not have; in a GPU count already run, the model scaled to what was reported
   there; a job never run gets one GPU, and at most twice the GPUs it has run on), and
   efficiency from the gradient noise it reported at its current batch, extrapolated to other
   batches with Pollux's formula. `model=oracle`: both read from the job's true model
@@ -52,7 +53,10 @@ from perfcast.scheduler.policies.pollux_throughput import JobProfile
 GPUS_PER_NODE = 4  # the artifact's T4 nodes; goodput is estimated for packed placements
 FIXED = {"ncf-movielens": 32768}  # the artifact pins NCF's batch and gives it one GPU
 MODELS = ("fitted", "oracle")  # where step times and gradient noise come from
-PROFILES = ("type", "job")  # fitted: whose reports a job's throughput model learns from
+# fitted: whose reports a job's throughput model learns from. `job` (default): its own, as
+# Pollux; `type`: every job's of its type, finished ones included, knowledge Pollux lacks (a
+# new job starts with a fitted model and a cap of twice the type's most GPUs)
+PROFILES = ("job", "type")
 
 
 class PackingPlacement(ConsolidatedPlacement):
@@ -151,7 +155,7 @@ class PolluxPolicy(SchedulingPolicy):
         restart_s: float = 30.0,
         max_gpus: int = 64,
         model: str = "fitted",
-        profile: str = "type",
+        profile: str = "job",
         fairness: float = 0.0,
     ) -> None:
         if model not in MODELS:
@@ -222,9 +226,10 @@ class PolluxPolicy(SchedulingPolicy):
         return float(rates[best]), batches[best]
 
     def _profile_key(self, state: JobState) -> str:
-        """Whose reports a job's model is fitted to: its own (`profile=job`, as Pollux), or
-        every job's of its type (`profile=type`: what earlier runs of the same model and
-        dataset reported, the history a prediction service keeps)."""
+        """Whose reports a job's model is fitted to: its own (`profile=job`, the default, as
+        Pollux), or every job's of its type (`profile=type`: what earlier runs of the same
+        model and dataset reported, the history a prediction service keeps; extra knowledge
+        that real Pollux does not have)."""
         return state.job.job_type if self.profile == "type" else state.job_id
 
     def _report(self, ctx: RoundContext) -> None:
