@@ -5,7 +5,11 @@ held-out rows."""
 from __future__ import annotations
 
 import json
+import logging
 import time
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,18 +17,21 @@ import mlflow
 import numpy as np
 import pandas as pd
 from mlflow.models import ModelSignature, infer_signature
+from mlflow.tracking import MlflowClient
 from mlflow.types.schema import ColSpec, Schema
+from mlflow.utils import logging_utils
 
 from perfcast import datasets
 from perfcast.datasets.contract import SCHEMAS
 from perfcast.datasets.splits import folds
 from perfcast.errors import DataNotFoundError, PerfcastError
 from perfcast.features.graphs import samples
-from perfcast.predictor import DEFAULT_FAMILY
+from perfcast.predictor import DEFAULT_FAMILY, FAMILIES, make_predictor
 from perfcast.predictor.backend import PER_SAMPLE_TASKS, TASK_TABLES
 from perfcast.predictor.base import MODEL_FORMAT
 from perfcast.training import model_store
-from perfcast.training.evaluation import choose_family, fit_and_score, score
+from perfcast.training.evaluation import best_family, describe_choice, score, validate_families
+from perfcast.units import duration, number, pct
 
 # What `perfcast serve` trains when a task has no champion: public data, or ours (measured-*).
 # Without the data folder the package's starter set stands in (datasets/embedded/); sia-scaling
@@ -107,18 +114,73 @@ class TrainResult:
     champion_metrics: dict[str, float] | None
     promoted: bool
     # what the promotion decision should be read with (an unloadable champion replaced, the
-    # comparison rows, a held-out error worse than the baseline)
+    # comparison rows, a held-out error worse than the baseline, what auto chose)
     notes: tuple[str, ...] = ()
+    # the decision and why, in one line (also the run's perfcast.promotion tag):
+    # "kept v3: new model 206% vs 5.1% on the same 1,204 held-out rows"
+    promotion: str = ""
 
 
 DATA_ORIGIN_TAG = "perfcast.data_origin"  # e.g. pollux-scaling:embedded,gavel-scaling:present
+PROMOTION_TAG = "perfcast.promotion"  # the promotion line, on the run and its model version
+
+# told when a stage of a training starts: ("data" | "choose" | "fit" | "score" | "register" |
+# "compare", what it does), to show progress; a stage ends when the next one starts
+Stage = Callable[[str, str], None]
 
 
-def train(task: str, data: str, model: str = "auto", split: str = "random") -> TrainResult:
+def _no_stage(stage: str, what: str) -> None:
+    pass
+
+
+@contextmanager
+def quiet_third_party() -> Iterator[None]:
+    """Other libraries' chatter stays out of a training's output: their Python warnings, and
+    MLflow's notices (the CloudPickle warning on every log_model, "Successfully registered
+    model ...", "Created version ..."). Errors still raise; warnings perfcast's own modules
+    raise still show."""
+    mlflow_logger = logging.getLogger("mlflow")
+    level = mlflow_logger.level
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", module=r"(?!perfcast\.)")
+        mlflow_logger.setLevel(logging.ERROR)
+        try:
+            yield
+        finally:
+            mlflow_logger.setLevel(level)
+
+
+@contextmanager
+def _mlflow_silent() -> Iterator[None]:
+    """MLflow's eprint lines (registration notices) go nowhere for the duration."""
+    logging_utils.disable_logging()
+    try:
+        yield
+    finally:
+        logging_utils.enable_logging()
+
+
+def train(
+    task: str, data: str, model: str = "auto", split: str = "random", stage: Stage | None = None
+) -> TrainResult:
+    """Fit, score on the held-out fifth, register, and promote on a win; `stage` is told each
+    stage as it starts (progress)."""
+    with quiet_third_party():
+        return _train(task, data, model, split, stage or _no_stage)
+
+
+def _train(task: str, data: str, model: str, split: str, stage: Stage) -> TrainResult:
     kind = TASK_TABLES[task][0]
+    stage("data", f"reading {data}")
     rows = load_rows(task, data)
     train_rows, test_rows = holdout(rows, kind, split)
-    family = choose_family(task, kind, train_rows) if model == "auto" else model
+    notes = []
+    family = model
+    if model == "auto":
+        stage("choose", f"auto: validating {', '.join(FAMILIES[task])}")
+        scores = validate_families(task, kind, train_rows, step=lambda what: stage("choose", what))
+        family = best_family(scores)
+        notes.append(describe_choice(scores))
     model_store.configure()
     model_store.close_orphaned_runs()
     with mlflow.start_run(run_name=f"{task}-{family}") as run:
@@ -129,7 +191,12 @@ def train(task: str, data: str, model: str = "auto", split: str = "random") -> T
         )  # fmt: skip
         mlflow.set_tag(model_store.FORMAT_TAG, str(MODEL_FORMAT))
         mlflow.set_tag(DATA_ORIGIN_TAG, data_origin(data))
-        predictor, metrics = fit_and_score(task, family, train_rows, test_rows)
+        stage("fit", f"{family} on {len(train_rows):,} training rows")
+        start = time.perf_counter()
+        predictor = make_predictor(task, family).fit(train_rows)
+        fit_s = time.perf_counter() - start
+        stage("score", f"on {len(test_rows):,} held-out rows")
+        metrics = {**score(predictor, test_rows), "fit_s": fit_s}
         mlflow.log_metrics(metrics)
         # what the fit chose for itself on held-out groups (the graph networks' epochs)
         chosen = getattr(getattr(predictor, "regressor_", None), "chosen_", None) or {}
@@ -138,6 +205,7 @@ def train(task: str, data: str, model: str = "auto", split: str = "random") -> T
         if task in PER_SAMPLE_TASKS:  # a whole graph sample, not a slice of one
             first = test_rows["sample_id"].iloc[0]
             example = test_rows[test_rows["sample_id"] == first].drop(columns=["e2e_latency_ms"])
+        stage("register", f"{model_store.model_name(task)} in MLflow")
         example = _signature_safe(example)
         output = predictor.predict_interval(example).reset_index(drop=True)
         mlflow.log_dict(
@@ -145,44 +213,73 @@ def train(task: str, data: str, model: str = "auto", split: str = "random") -> T
              "output_columns": list(output.columns)},
             "feature_schema.json",
         )  # fmt: skip
-        info = mlflow.pyfunc.log_model(
-            name="model",
-            python_model=model_store.PerfcastModel(predictor),
-            signature=_signature(task, example, output),
-            input_example=example,
-            registered_model_name=model_store.model_name(task),
-            pip_requirements=model_store.pip_requirements(),
-        )
+        with _mlflow_silent():
+            info = mlflow.pyfunc.log_model(
+                name="model",
+                python_model=model_store.PerfcastModel(predictor),
+                signature=_signature(task, example, output),
+                input_example=example,
+                registered_model_name=model_store.model_name(task),
+                pip_requirements=model_store.pip_requirements(),
+            )
     version = str(info.registered_model_version)
     model_store.record_sha256(task, version)
-    notes = []
     baseline = baseline_mape(task, train_rows, test_rows)
     if metrics["mape"] >= baseline:
         notes.append(
             f"warning: held-out MAPE {metrics['mape']:.1f}% is no better than predicting the "
             f"training median ({baseline:.1f}%)"
         )
+    stage("compare", "with the champion on the same held-out rows")
     try:
         champion = model_store.load_champion(task)
     except model_store.ChampionLoadError as err:
         champion = None
         notes.append(f"replacing a champion that cannot be loaded: {err}")
+        promotion = f"promoted v{version}: the champion, v{err.version}, cannot be loaded"
+    else:
+        promotion = f"promoted v{version}: the first {model_store.model_name(task)} champion"
     champion_metrics = None
+    promoted = True
     if champion is not None:
         rows_fair, where = comparison_rows(task, champion, train_rows, test_rows)
         notes.append(where)
         if rows_fair.empty:
             champion_metrics = {"mape": float("nan")}
+            promoted = False
+            promotion = (
+                f"kept v{champion.version}: no held-out row is unseen by both models, so they "
+                "cannot be compared fairly"
+            )
         else:
             champion_metrics = score(champion.predictor, rows_fair)
             metrics = {**metrics, "mape_vs_champion_rows": score(predictor, rows_fair)["mape"]}
-    challenger = metrics.get("mape_vs_champion_rows", metrics["mape"])
-    promoted = champion_metrics is None or bool(challenger < champion_metrics["mape"])
+            challenger, held = metrics["mape_vs_champion_rows"], champion_metrics["mape"]
+            promoted = bool(challenger < held)
+            verdict = (
+                f"promoted v{version} over v{champion.version}"
+                if promoted
+                else f"kept v{champion.version}"
+            )
+            promotion = (
+                f"{verdict}: new model {pct(challenger)} vs {pct(held)} MAPE on the same "
+                f"{len(rows_fair):,} held-out rows"
+            )
     if promoted:
         model_store.set_champion(task, version)
+    _tag_promotion(run.info.run_id, task, version, promotion)
     return TrainResult(
-        task, family, run.info.run_id, version, metrics, champion_metrics, promoted, tuple(notes)
-    )
+        task, family, run.info.run_id, version, metrics, champion_metrics, promoted, tuple(notes),
+        promotion,
+    )  # fmt: skip
+
+
+def _tag_promotion(run_id: str, task: str, version: str, promotion: str) -> None:
+    """The promotion line on the run and on its model version: MLflow says why a model is (not)
+    the champion."""
+    client = MlflowClient()
+    client.set_tag(run_id, PROMOTION_TAG, promotion)
+    client.set_model_version_tag(model_store.model_name(task), version, PROMOTION_TAG, promotion)
 
 
 def comparison_rows(
@@ -266,21 +363,18 @@ def _signature_safe(example: pd.DataFrame) -> pd.DataFrame:
 
 
 def describe(result: TrainResult) -> str:
+    """The result in a few lines: the model and its held-out figures, the promotion line, then
+    the notes to read it with."""
     m = result.metrics
-    text = (
+    lines = [
         f"{result.task}: {result.family} -> model version {result.version} "
-        f"(run {result.run_id[:8]}): held-out MAPE {m['mape']:.1f}%, MAE {m['mae']:.4g}, "
-        f"p10-p90 coverage {m['interval_coverage']:.0%}, fit {m['fit_s']:.1f} s"
-    )
-    notes = "".join(f"\n  {note}" for note in result.notes)
-    if result.champion_metrics is None:
-        return text + "; no champion to compare, now champion" + notes
-    verdict = "now champion" if result.promoted else "champion kept"
-    challenger = m.get("mape_vs_champion_rows", m["mape"])
-    return (
-        text + f"; on rows neither was trained on: this model {challenger:.1f}%, the champion "
-        f"{result.champion_metrics['mape']:.1f}%: {verdict}" + notes
-    )
+        f"(run {result.run_id[:8]})",
+        f"  held-out MAPE {pct(m['mape'])}, MAE {number(m['mae'])}, p10-p90 coverage "
+        f"{m['interval_coverage']:.0%}, fit {duration(m['fit_s'])}",
+    ]
+    if result.promotion:
+        lines.append(f"  {result.promotion}")
+    return "\n".join(lines + [f"  {note}" for note in result.notes])
 
 
 def ensure_champions(tasks: list[str], echo=print) -> None:
@@ -299,7 +393,7 @@ def ensure_champions(tasks: list[str], echo=print) -> None:
         echo(f"{why}: training the default model on {data} ({data_origin(data)}) ...")
         start = time.perf_counter()
         result = train(task, data, model=DEFAULT_FAMILY[task])
-        echo(describe(result) + f" [{time.perf_counter() - start:.0f} s]")
+        echo(describe(result) + f" [{duration(time.perf_counter() - start)}]")
 
 
 def result_json(result: TrainResult) -> str:
