@@ -17,9 +17,12 @@ from rich.table import Table
 
 from perfcast.errors import PerfcastError
 from perfcast.scheduler.sim.costs import DEFAULT_MIN_RUN_S, Costs
+from perfcast.suggest import did_you_mean
+from perfcast.units import duration, number, percent
 
 if TYPE_CHECKING:
     from perfcast.predictor.backend import PredictionBackend
+    from perfcast.scheduler.core.cluster import ClusterSpec
     from perfcast.scheduler.sim.run import BackendFactory
     from perfcast.scheduler.sim.workload import Workload
 
@@ -62,6 +65,69 @@ def backend_factory(name: str, url: str = "http://127.0.0.1:8000") -> BackendFac
 
         return http
     raise PerfcastError(f"unknown predictor {name!r}; choose one of {', '.join(BACKENDS)}")
+
+
+def measured_gpu_types() -> list[str]:
+    """The GPU types the simulator's scaling datasets measured step times on."""
+    from perfcast import datasets
+    from perfcast.datasets.registry import registry
+    from perfcast.scheduler.sim.workload import SCALING_DATASETS
+
+    known = registry()
+    return sorted(
+        {str(t) for n in SCALING_DATASETS if n in known for t in datasets.load(n)["gpu_type"]}
+    )
+
+
+def check_gpu_types(spec: ClusterSpec) -> None:
+    """A GPU type no step time was measured on is refused, not replaced: the simulator would
+    run its jobs at another GPU's measured step times (the catalog's rule) and report that
+    GPU's figures under this one's name (`8x8:h100` gave exactly the V100 figures)."""
+    from perfcast.features.devices import DEVICES, canonical_device
+
+    measured = measured_gpu_types()
+    for gpu in dict.fromkeys(g.gpu_type for g in spec.groups):
+        if gpu in measured:
+            continue
+        same = canonical_device(gpu)
+        if same in measured:
+            hint = f" ({gpu!r} is {same!r} by another name: write {same})"
+        elif same in DEVICES:
+            hint = " (a GPU no scaling dataset measured)"
+        else:
+            hint = did_you_mean(gpu, measured) or " (not a GPU type perfcast knows)"
+        raise PerfcastError(
+            f"cluster {spec}: no step time was measured on {gpu!r}{hint}; its jobs would run "
+            f"at another GPU's measured step times under its name. GPU types measured: "
+            f"{', '.join(measured)}"
+        )
+
+
+def merged_parts(trace: str) -> list[str]:
+    """The parts (`trace` column) a plain trace name merges into one simulated trace, when it
+    has more than one: `muri-traces` is 13 traces, `muri-traces:PART` one of them."""
+    from perfcast.scheduler.sim import hpsearch
+    from perfcast.scheduler.sim.workload import read_trace
+
+    if ":" in trace or Path(trace).suffix in (".csv", ".parquet") or trace == hpsearch.NAME:
+        return []
+    table = read_trace(trace)
+    if "trace" not in table.columns:
+        return []
+    parts = sorted(table["trace"].dropna().astype(str).unique())
+    return parts if len(parts) > 1 else []
+
+
+def shown(key: str, value: object) -> str:
+    """A simulation figure as a person reads it: durations (`*_s`) in human units, the
+    utilization as a percent, counts with commas."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return str(value)
+    if key.endswith("_s"):
+        return duration(float(value))
+    if key == "utilization":
+        return percent(float(value))
+    return number(float(value))
 
 
 app = typer.Typer(no_args_is_help=True)
@@ -152,6 +218,15 @@ def simulate(
     from perfcast.scheduler.sim.run import prepare_workload, run_simulation, write_outputs
 
     spec = ClusterSpec.parse(cluster)
+    check_gpu_types(spec)
+    parts = merged_parts(trace)
+    if parts:
+        shown_parts = ", ".join(parts[:4]) + (", ..." if len(parts) > 4 else "")
+        console.print(
+            f"[bold yellow]warning:[/] {trace} is {len(parts)} traces ({shown_parts}), "
+            f"simulated here as one merged trace; name one as {trace}:{parts[0]}",
+            highlight=False,
+        )
     options = parse_policy_options(policy_option or [])
     backend = backend_factory(predictor, url)
     costs = Costs(restart_s=restart_s, start_s=start_s, resize_s=resize_s, migrate_s=migrate_s)
@@ -181,6 +256,7 @@ def simulate(
         TimeElapsedColumn(),
         console=console,
         transient=True,
+        disable=not console.is_terminal,  # piped, a live bar only adds a blank line
     ) as bar:
         task = bar.add_task(f"{policy} on {spec}", total=len(workload.jobs))
         last = [0]
@@ -202,12 +278,16 @@ def simulate(
             round_s=round_s,
             min_run_s=min_run_s,
         )
-    table = Table(title=f"{trace} on {spec}, {policy} ({run.summary['predictor']} predictions)")
+    used = run.summary["predictor"]
+    decided = "no predictions" if used == "none" else f"{used} predictions"
+    # the title on its own line, never wrapped inside the table's width
+    Console().print(f"{trace} on {spec}, {policy} ({decided})", highlight=False, soft_wrap=True)
+    table = Table()
     table.add_column("metric")
     table.add_column("value", justify="right")
     for key, value in run.summary.items():
         if key not in ("policy", "trace", "predictor"):
-            table.add_row(key, f"{value:,.3f}" if isinstance(value, float) else str(value))
+            table.add_row(key, shown(key, value))
     Console().print(table)
     if out is not None:
         for path in write_outputs(run, out):
