@@ -33,10 +33,12 @@ def list_datasets(
 ) -> None:
     """List every dataset with its kind, row count, licence, source, and whether it is here.
 
-    `here`: present (its files are here: the data folder, the download cache, or the package
-    for measured-*), embedded (the package's starter table stands in) or fetchable (`perfcast
-    datasets fetch NAME` gets it). Row counts come from datasets/row_counts.json (checked against
-    the loaders by the tests); a dataset missing there is loaded and counted, with a progress bar.
+    `here`: present (its files are here: the data folder or the download cache), measured
+    (measured by perfcast, shipped in the package), embedded (the package's starter table
+    stands in) or fetchable (`perfcast datasets fetch NAME` gets it). Row counts come from
+    datasets/row_counts.json (checked against the loaders by the tests); a dataset missing
+    there is loaded and counted, with a progress bar. Columns that do not fit the terminal
+    are left out by priority (source first, then licence) and named; --json has them all.
     """
     from perfcast.datasets.registry import load, recorded_rows, registry
 
@@ -64,19 +66,37 @@ def list_datasets(
     if as_json:
         print(json.dumps(rows))
         return
-    table = Table(title="perfcast datasets")
-    table.add_column("name", no_wrap=True)  # names are typed back: never cut or folded
-    table.add_column("kind", no_wrap=True)
-    table.add_column("here", no_wrap=True)
-    table.add_column("rows", justify="right", no_wrap=True)
-    table.add_column("license")
-    table.add_column("source")
-    for row in rows:
-        name = row["name"] + (" (measured here)" if row["measured"] else "")
-        table.add_row(
-            name, row["kind"], row["status"], f"{row['rows']:,}", row["license"], row["source"]
-        )
+    from perfcast.tables import Column, fit
+
+    columns = [
+        Column("name", 0),  # names are typed back: never cut or folded
+        Column("kind", 1),
+        Column("here", 0),
+        Column("rows", 2, justify="right"),
+        Column("license", 3),
+        Column("source", 4, wrap=True),
+    ]
+    table, left_out = fit(
+        columns,
+        [
+            [row["name"], row["kind"], "measured" if row["measured"] else row["status"],
+             f"{row['rows']:,}", row["license"], row["source"]]
+            for row in rows
+        ],
+        console.width,
+    )  # fmt: skip
     console.print(table)
+    console.print(
+        "here: present; measured (by perfcast, in the package); embedded (a starter table\n"
+        "stands in); fetchable (`perfcast datasets fetch NAME`)",
+        highlight=False,
+    )
+    if left_out:
+        console.print(
+            f"{' and '.join(left_out)} left out at {console.width} columns: see --json or a "
+            "wider terminal",
+            highlight=False,
+        )
 
 
 @app.command("fetch")

@@ -28,6 +28,7 @@ from perfcast.datasets import fetch as fetch_module
 from perfcast.datasets.contract import Kind, validate
 from perfcast.errors import DataNotFoundError, PerfcastError
 from perfcast.paths import state_dir
+from perfcast.suggest import did_you_mean
 
 Loader = Callable[[], pd.DataFrame]
 
@@ -132,7 +133,10 @@ def registry() -> dict[str, Dataset]:
 def get(name: str) -> Dataset:
     table = registry()
     if name not in table:
-        raise PerfcastError(f"unknown dataset {name!r}; `perfcast datasets list` shows the names")
+        raise PerfcastError(
+            f"unknown dataset {name!r}{did_you_mean(name, table)}; `perfcast datasets list` "
+            "shows the names"
+        )
     return table[name]
 
 
