@@ -1,5 +1,6 @@
-"""The service app on a real uvicorn server on loopback, for tests that need connections,
-timeouts and the HTTP protocol (serving/server.py), not only the ASGI app."""
+"""The service as the serving tests meet it: a real scaling champion (muri-scaling) and the
+app on a real uvicorn server on loopback, for tests that need connections, timeouts and the
+HTTP protocol (serving/server.py), not only the ASGI app."""
 
 from __future__ import annotations
 
@@ -9,6 +10,22 @@ import time
 import uvicorn
 
 from perfcast.serving import server
+from perfcast.serving.models import ServedModels
+from perfcast.training import model_store, trainer
+
+ROW = {"job": "resnet18", "gpu_type": "v100", "num_nodes": 1, "num_gpus": 4,
+       "local_batch_size": 128}  # fmt: skip
+PREDICT = "/v1/predict/scaling"
+
+
+def served_scaling() -> ServedModels:
+    """The scaling champion of the test home (trained on muri-scaling when there is none),
+    loaded as the service loads it."""
+    if model_store.load_champion("scaling") is None:
+        trainer.train("scaling", "muri-scaling", model="gbm")
+    served = ServedModels(("scaling",))
+    served.reload()
+    return served
 
 
 class LoopbackServer:

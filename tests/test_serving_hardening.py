@@ -15,7 +15,7 @@ import httpx
 import pandas as pd
 import pytest
 from fastapi.testclient import TestClient
-from serving_server import LoopbackServer
+from serving_server import PREDICT, ROW, LoopbackServer, served_scaling
 from typer.testing import CliRunner
 
 from perfcast.cli import app as perfcast_cli
@@ -26,25 +26,18 @@ from perfcast.serving.app import MAX_ERRORS, create_app
 from perfcast.serving.batching import INLINE_ROWS, PredictionBatcher
 from perfcast.serving.models import ServedModels
 from perfcast.serving.settings import Settings
-from perfcast.training import model_store, trainer
+from perfcast.training import model_store
 
 pytestmark = pytest.mark.skipif(
     not shared_data_available(), reason="the public datasets are not available"
 )
 
 KEY = "k3y"
-ROW = {"job": "resnet18", "gpu_type": "v100", "num_nodes": 1, "num_gpus": 4,
-       "local_batch_size": 128}  # fmt: skip
-PREDICT = "/v1/predict/scaling"
 
 
 @pytest.fixture(scope="module")
 def models() -> ServedModels:
-    if model_store.load_champion("scaling") is None:
-        trainer.train("scaling", "muri-scaling", model="gbm")
-    served = ServedModels(("scaling",))
-    served.reload()
-    return served
+    return served_scaling()
 
 
 def _app(models: ServedModels, **settings):
