@@ -39,6 +39,7 @@ from perfcast.datasets.contract import (
 from perfcast.errors import ContractError, PerfcastError
 from perfcast.optimizer.spread import even_placement
 from perfcast.predictor.backend import TASK_TABLES, PredictionBackend, Task
+from perfcast.units import duration
 
 Objective = Literal["min_time", "min_cost", "max_throughput_per_gpu"]
 OBJECTIVES: tuple[Objective, ...] = ("min_time", "min_cost", "max_throughput_per_gpu")
@@ -726,7 +727,7 @@ def _reasons(
         "max_throughput_per_gpu": "most samples/s per GPU",
     }[objective]
     if deadline_s is not None:
-        headline = f"fewest resources meeting the {deadline_s:g} s deadline at p90"
+        headline = f"fewest resources meeting the {duration(deadline_s)} deadline at p90"
     if max_cost is not None:
         headline += f" under the ${max_cost:g} budget"
     related = _Related(scored, top)
@@ -740,12 +741,12 @@ def _reasons(
         efficiency = 1.0 if row.scaling_efficiency > 1 else row.scaling_efficiency
         text = (
             f"{what}: {row.num_gpus}×{row.gpu_type} on {row.num_nodes} node(s), "
-            f"{row.throughput:.0f} samples/s, {efficiency:.0%} scaling efficiency"
+            f"{row.throughput:,.0f} samples/s, {efficiency:.0%} scaling efficiency"
         )
         if np.isfinite(row.total_time_s):
-            text += f", {row.total_time_s:.0f} s"
+            text += f", {duration(row.total_time_s)}"
             if np.isfinite(row.total_time_s_p90):
-                text += f" (p90 {row.total_time_s_p90:.0f} s)"
+                text += f" (p90 {duration(row.total_time_s_p90)})"
         if np.isfinite(row.cost):
             text += f", ${row.cost:.2f}"
         if rank > 1:

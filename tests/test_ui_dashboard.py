@@ -21,6 +21,8 @@ import pytest
 import yaml
 from conftest import requires_data
 
+from perfcast.units import pct, percent
+
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 DRIVER = shutil.which("chromedriver")
 try:
@@ -143,9 +145,9 @@ def test_models_page_shows_the_apis_champions(server: str, browser) -> None:
         assert row.find_element(By.CLASS_NAME, "family").text == model["family"] == "gbm"
         mape = row.find_element(By.CLASS_NAME, "mape")
         assert _num(mape.get_attribute("data-value")) == pytest.approx(model["metrics"]["mape"])
-        assert mape.text == f"{model['metrics']['mape']:.2f}"
+        assert mape.text == pct(model["metrics"]["mape"])
         coverage = row.find_element(By.CLASS_NAME, "coverage")
-        assert coverage.text == f"{model['metrics']['interval_coverage']:.3f}"
+        assert coverage.text == percent(model["metrics"]["interval_coverage"])
         baseline = _num(row.find_element(By.CLASS_NAME, "baseline").get_attribute("data-value"))
         # the napkin baseline is far worse than a fitted model on these tables
         assert baseline is not None and baseline > model["metrics"]["mape"]
@@ -529,7 +531,7 @@ def test_models_page_shows_the_live_error_of_the_champion(
     assert _num(cell.get_attribute("data-value")) == pytest.approx(want, rel=1e-9)
     assert cell.get_attribute("data-jobs") == "2"
     assert cell.get_attribute("data-version") == answer["model"]["version"]
-    assert cell.text.startswith(f"{want:.1f}")
+    assert cell.text.startswith(pct(want))
     assert "2 left out: paced by the trace" in cell.get_attribute("title")
     other = browser.find_element(By.CSS_SELECTOR, 'tr[data-task="interference"] td.live')
     assert other.text == "–"

@@ -9,7 +9,8 @@ from pydantic import ValidationError
 
 from perfcast.errors import PerfcastError
 from perfcast.serving import schemas
-from perfcast.serving.ui.charts import Point
+from perfcast.serving.ui.charts import Format, Point
+from perfcast.units import duration, number
 
 
 class FormError(PerfcastError):
@@ -98,9 +99,16 @@ def _number(text: str, field: str) -> float:
         raise FormError(f"{field}: {text!r} is not a number") from None
 
 
-def plot_axes(answer: schemas.RecommendResponse) -> tuple[list[Point], str, str]:
+def dollars(value: float) -> str:
+    """`$7.43`, `$7,434`: cents only where they count."""
+    return f"${value:,.0f}" if abs(value) >= 1000 else f"${value:,.2f}"
+
+
+def plot_axes(
+    answer: schemas.RecommendResponse,
+) -> tuple[list[Point], str, str, Format, Format]:
     """Each recommended configuration as (time, cost); without work the time is the step time,
-    without prices the cost is GPU-hours."""
+    without prices the cost is GPU-hours. Then the axes' labels and their ticks' formats."""
     has_total = any(c.total_time_s.value is not None for c in answer.top)
     has_cost = any(c.cost.value is not None for c in answer.top)
     points = []
@@ -119,6 +127,6 @@ def plot_axes(answer: schemas.RecommendResponse) -> tuple[list[Point], str, str]
                 c.rank,
             )
         )
-    x_label = "predicted total time (s)" if has_total else "predicted step time (s)"
-    y_label = "predicted cost ($)" if has_cost else "GPU-hours"
-    return points, x_label, y_label
+    x_label = "predicted total time" if has_total else "predicted step time"
+    y_label = "predicted cost" if has_cost else "GPU-hours"
+    return points, x_label, y_label, duration, dollars if has_cost else number

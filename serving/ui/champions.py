@@ -18,6 +18,7 @@ from perfcast.errors import PerfcastError
 from perfcast.predictor.backend import TASK_TABLES
 from perfcast.training import model_store
 from perfcast.training.trainer import DEFAULT_DATA, baseline_mape, holdout, load_rows
+from perfcast.units import pct
 
 log = logging.getLogger("perfcast.serving.ui")
 
@@ -72,3 +73,33 @@ def _median_width(task: str, predictor, test: pd.DataFrame) -> float | None:
 
 def _int(value: str | None) -> int | None:
     return int(value) if value is not None and value.isdigit() else None
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A model's held-out error beside the napkin baseline's, and the colour that says what it
+    shows: `better` (green) only for a lower error that is also below 100% (a MAPE at or over
+    100% is worse than predicting 0 for every row, however far the baseline is behind)."""
+
+    text: str  # "3.2× lower than the baseline"
+    tone: str  # better | poor | worse: the CSS class
+    why: str  # the hover text
+
+
+def compare_to_baseline(mape: float | None, baseline: float | None) -> Comparison | None:
+    if mape is None or baseline is None or not (mape > 0 and baseline > 0):
+        return None
+    if mape < baseline:
+        text = f"{baseline / mape:.1f}× lower than the baseline"
+        if mape < 100:
+            return Comparison(text, "better", f"{pct(mape)} against the baseline's {pct(baseline)}")
+        return Comparison(
+            text, "poor",
+            f"{pct(mape)} is lower than the baseline's {pct(baseline)} but at or over 100%: "
+            "predicting 0 for every row would err less",
+        )  # fmt: skip
+    return Comparison(
+        f"{mape / baseline:.1f}× higher than the baseline", "worse",
+        f"{pct(mape)} against the baseline's {pct(baseline)}: the training median predicts "
+        "these rows better",
+    )  # fmt: skip

@@ -7,9 +7,13 @@ scripts, a test reads its numbers from the DOM, and nothing has to be vendored o
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from html import escape
+
+from perfcast.units import number
+
+Format = Callable[[float], str]  # a tick's text: perfcast.units.duration, number, ...
 
 
 def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
@@ -51,12 +55,15 @@ def _ticks(lo: float, hi: float, n: int = 5) -> list[float]:
     return [lo + k * step for k in range(n)]
 
 
-def _fmt(v: float) -> str:
-    return f"{v:.3g}"
-
-
-def scatter_svg(points: Sequence[Point], x_label: str, y_label: str) -> str:
-    """Points at (x, y) on linear axes, Pareto points filled and joined by a step line."""
+def scatter_svg(
+    points: Sequence[Point],
+    x_label: str,
+    y_label: str,
+    x_format: Format = number,
+    y_format: Format = number,
+) -> str:
+    """Points at (x, y) on linear axes, Pareto points filled and joined by a step line; tick
+    and hover texts in the axes' units (never e-notation)."""
     finite = [p for p in points if math.isfinite(p.x) and math.isfinite(p.y)]
     if not finite:
         return '<p class="empty">nothing to plot: no configuration has both figures</p>'
@@ -84,12 +91,12 @@ def scatter_svg(points: Sequence[Point], x_label: str, y_label: str) -> str:
     for t in _ticks(x_lo, x_hi):
         parts.append(
             f'<text x="{sx(t):.1f}" y="{HEIGHT - PAD + 16}" class="tick" '
-            f'text-anchor="middle">{_fmt(t)}</text>'
+            f'text-anchor="middle">{x_format(t)}</text>'
         )
     for t in _ticks(y_lo, y_hi):
         parts.append(
             f'<text x="{PAD - 6}" y="{sy(t) + 4:.1f}" class="tick" '
-            f'text-anchor="end">{_fmt(t)}</text>'
+            f'text-anchor="end">{y_format(t)}</text>'
         )
     parts.append(
         f'<text x="{WIDTH / 2}" y="{HEIGHT - 12}" class="label" '
@@ -108,7 +115,7 @@ def scatter_svg(points: Sequence[Point], x_label: str, y_label: str) -> str:
         parts.append(
             f'<circle cx="{sx(p.x):.1f}" cy="{sy(p.y):.1f}" r="6" class="point {kind}" '
             f'data-rank="{p.rank}" data-x="{p.x!r}" data-y="{p.y!r}">'
-            f"<title>#{p.rank} {escape(p.label)}: {_fmt(p.x)}, {_fmt(p.y)}</title></circle>"
+            f"<title>#{p.rank} {escape(p.label)}: {x_format(p.x)}, {y_format(p.y)}</title></circle>"
             f'<text x="{sx(p.x) + 8:.1f}" y="{sy(p.y) - 8:.1f}" class="point-label">'
             f"#{p.rank}</text>"
         )
