@@ -6,6 +6,7 @@ the commands so that `--help` is fast); this module mounts them and turns user e
 from __future__ import annotations
 
 import os
+from typing import NoReturn
 
 import click
 import typer
@@ -24,14 +25,21 @@ err_console = Console(stderr=True)
 
 
 class _Root(TyperGroup):
-    """Root command group: a PerfcastError anywhere below becomes `error: ...` and exit 2."""
+    """Root command group: a PerfcastError anywhere below becomes `error: ...` and exit 2; so
+    does a file of the user's that is not UTF-8 where no reader named it (perfcast.files)."""
 
     def invoke(self, ctx: click.Context) -> object:
         try:
             return super().invoke(ctx)
         except PerfcastError as err:
-            err_console.print(f"[bold red]error:[/] {err}", highlight=False, soft_wrap=True)
-            raise SystemExit(2) from None
+            _error(str(err))
+        except UnicodeDecodeError as err:
+            _error(f"a file given is not UTF-8 text ({err}); save it as UTF-8")
+
+
+def _error(message: str) -> NoReturn:
+    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    raise SystemExit(2) from None
 
 
 app = typer.Typer(

@@ -16,6 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedCo
 from rich.table import Table
 
 from perfcast.errors import PerfcastError
+from perfcast.files import read_text
 from perfcast.scheduler.sim.costs import DEFAULT_MIN_RUN_S, Costs
 from perfcast.suggest import did_you_mean
 from perfcast.units import duration, number, percent
@@ -217,6 +218,8 @@ def simulate(
     from perfcast.scheduler.policies import parse_policy_options
     from perfcast.scheduler.sim.run import prepare_workload, run_simulation, write_outputs
 
+    if Path(cluster).is_file():
+        read_text(cluster)  # not UTF-8: an error naming the file, not a traceback
     spec = ClusterSpec.parse(cluster)
     check_gpu_types(spec)
     parts = merged_parts(trace)

@@ -18,7 +18,9 @@ from rich.console import Console
 from rich.table import Table
 
 from perfcast.errors import PerfcastError
+from perfcast.files import read_text
 from perfcast.predictor.backend import TASKS
+from perfcast.units import duration
 
 # Schemas, the service and the models load inside the commands: `perfcast --help` stays fast.
 
@@ -131,7 +133,7 @@ def _loopback(host: str) -> bool:
 
 def _read(path: Path, model: type[BaseModel]) -> BaseModel:
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(read_text(path))
     except OSError as err:
         raise PerfcastError(f"cannot read {path}: {err.strerror}") from None
     except yaml.YAMLError as err:
@@ -196,23 +198,37 @@ def recommend(
     if as_json:
         print(answer.model_dump_json(indent=2))
         return
-    table = Table(title=f"{request.job['job']}: {answer.objective}, {answer.candidates} candidates")
-    table.add_column("#", justify="right")
-    table.add_column("GPUs×type, nodes, local batch")
-    for column in ("step s (p10-p90)", "samples/s", "eff.", "time s", "cost $"):
-        table.add_column(column, justify="right")
-    for c in answer.top:
-        step = c.step_time_s
-        table.add_row(
-            str(c.rank),
-            f"{c.num_gpus}×{c.gpu_type}, {c.num_nodes}, {c.local_batch_size}",
-            f"{_num(step.value, '.2g')} ({_num(step.p10, '.2g')}-{_num(step.p90, '.2g')})",
-            _num(c.throughput.value, ".0f"),
-            _num(c.scaling_efficiency, ".0%"),
-            _num(c.total_time_s.value, ".0f"),
-            _num(c.cost.value, ".2f"),
-        )
+    from perfcast.tables import Column, fit
+
+    console.print(
+        f"{request.job['job']}: {answer.objective}, {answer.candidates} candidates", highlight=False
+    )
+    columns = [
+        Column("#", 0, justify="right"),
+        Column("GPUs×type, nodes, batch", 0),
+        Column("step", 0, justify="right"),
+        Column("time", 0, justify="right"),
+        Column("cost $", 1, justify="right"),
+        Column("samples/s", 2, justify="right"),
+        Column("eff.", 3, justify="right"),
+        Column("step p10–p90", 4, justify="right"),
+    ]
+    rows = [
+        [str(c.rank), f"{c.num_gpus}×{c.gpu_type}, {c.num_nodes}, {c.local_batch_size}",
+         duration(c.step_time_s.value), duration(c.total_time_s.value),
+         _num(c.cost.value, ",.2f"), _num(c.throughput.value, ",.0f"),
+         _num(c.scaling_efficiency, ".0%"),
+         f"{duration(c.step_time_s.p10)}–{duration(c.step_time_s.p90)}"]
+        for c in answer.top
+    ]  # fmt: skip
+    table, left_out = fit(columns, rows, console.width)
     console.print(table)
+    if left_out:
+        console.print(
+            f"({', '.join(left_out)} left out at {console.width} columns: --json or a wider "
+            "terminal)",
+            highlight=False,
+        )
     for c in answer.top:
         console.print(f"{c.rank}. {c.reason}", highlight=False)
     for c in answer.top:

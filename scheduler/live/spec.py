@@ -9,6 +9,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from perfcast.errors import PerfcastError
+from perfcast.files import read_text
 
 
 class JobSpecError(PerfcastError):
@@ -111,7 +112,7 @@ def load_job(path: str | Path) -> JobSpec:
     if not path.is_file():
         raise JobSpecError(f"{path}: no such job file")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(read_text(path))
     except yaml.YAMLError as err:
         raise JobSpecError(f"{path}: not valid YAML: {err}") from None
     return parse_job(data, str(path))

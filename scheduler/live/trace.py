@@ -13,6 +13,7 @@ from pathlib import Path
 import yaml
 
 from perfcast.datasets.io import read_table
+from perfcast.files import read_text
 from perfcast.scheduler.live.spec import JobSpec, JobSpecError, parse_job
 
 BATCH_PER_GPU = 32
@@ -47,7 +48,7 @@ def _from_yaml(path: Path) -> list[tuple[str, JobSpec]]:
     if not path.is_file():
         raise JobSpecError(f"{path}: no such jobs file")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(read_text(path))
     except yaml.YAMLError as err:
         raise JobSpecError(f"{path}: not valid YAML: {err}") from None
     entries = data.get("jobs") if isinstance(data, dict) else data
