@@ -143,6 +143,7 @@ TRACE = pa.DataFrameSchema(
         "status": _opt(str),
         "batch_size": _opt("Int64", _GE1),
         "iterations": _opt("Int64", _NONNEG),
+        "source": _opt(str),  # the trace the job comes from (datasets.load names it)
     },
     coerce=True,
     strict=False,

@@ -163,6 +163,18 @@ def embedded_table(spec: Dataset) -> Path | None:
 def load(name: str, *, use_cache: bool = True) -> pd.DataFrame:
     """The validated contract table of dataset `name`."""
     spec = get(name)
+    return _named(_load(spec, use_cache), spec)
+
+
+def _named(table: pd.DataFrame, spec: Dataset) -> pd.DataFrame:
+    """A trace's jobs name their trace (`source`): the duration model tells the traces it was
+    trained on from one it was not by it."""
+    if spec.kind == "trace" and "source" not in table.columns:
+        table = table.assign(source=spec.name)
+    return table
+
+
+def _load(spec: Dataset, use_cache: bool) -> pd.DataFrame:
     cache = state_dir() / "cache" / f"{spec.name}-{spec.cache_key()}.parquet"
     if use_cache and cache.exists():
         return pd.read_parquet(cache)

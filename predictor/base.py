@@ -22,8 +22,8 @@ from perfcast.errors import ContractError
 # The shape of the predictors' learned state. Bump it whenever a change to a predictor or its
 # features would make a model saved by an earlier perfcast unreadable or wrong: champions saved
 # in another format are not loaded (training/model_store.py), and the next training replaces them.
-# 18: query models flag what their training did not cover; 17: the registry records each
-# model's sha256 and loads only files that match it.
+# 18: query models flag what their training did not cover, duration models a new trace;
+# 17: the registry records each model's sha256 and loads only files that match it.
 MODEL_FORMAT = 18
 
 # What a model knows of a prediction row: `predict_interval` frames carry a string column
@@ -64,7 +64,11 @@ FLAGS: dict[str, str] = {
     # duration
     "new_trace": "the job's trace (`source`) was not among the training traces: the "
     "prediction is shrunk toward the training median as far as the cross-trace check "
-    "found the model carries over, with the cross-trace interval",
+    "found the model carries over, with the cross-trace interval (never wider than the "
+    "training durations' p10-p90)",
+    "no_signal": "nothing the model learned is known to carry over to this row (one training "
+    "trace, or a cross-trace check that found the model no better than the median): the "
+    "training median answers, with the training p10-p90",
 }
 
 

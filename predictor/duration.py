@@ -7,7 +7,11 @@ the model carries over: it predicts each trace from the others, and keeps the sh
 deviation from the training median that helped there (`trace_weight_`: 0 = the median, 1 = the
 model), with the conformal margin of the least predictable of those traces. Rows of a trace
 not in training (or with no `source`) get that shrunk, widened prediction and the flag
-`new_trace`; rows of a trace in training get the model as fitted.
+`new_trace`; rows of a trace in training get the model as fitted. Trained on one trace, fit
+cannot measure any carry-over: a row of another trace gets the training median, with the
+training p10-p90 as its interval, and the flags `new_trace` and `no_signal` (as it does when
+the cross-trace check found the model no better than the median, weight 0). A new trace's
+interval is never wider than the training durations' own p10-p90.
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ class DurationPredictor(TaskPredictor):
         regressor = make_regressor(self.model, random_state=self.random_state)
         self.regressor_ = regressor.fit(self.features_.transform(rows, out_of_fold=True), y)
         self.log_median_ = float(np.median(y))
+        self.log_p10_, self.log_p90_ = (float(q) for q in np.quantile(y, [0.1, 0.9]))
         self.sources_ = sorted(_sources(rows).dropna().unique())
         self.trace_weight_, self.trace_margin_ = 1.0, 0.0
         if len(self.sources_) >= 2:
@@ -102,16 +107,26 @@ class DurationPredictor(TaskPredictor):
 
     def _predict_interval(self, rows: pd.DataFrame) -> pd.DataFrame:
         lo, mid, hi = self.regressor_.predict_quantiles(self.features_.transform(rows))
-        new_trace = np.zeros(len(rows), dtype=bool)
-        if len(self.sources_) >= 2:
-            new_trace = ~_sources(rows).isin(self.sources_).to_numpy()
-            w, median, margin = self.trace_weight_, self.log_median_, self.trace_margin_
-            shrunk = [w * q + (1 - w) * median for q in (lo, mid, hi)]
-            lo = np.where(new_trace, np.minimum(shrunk[0] - margin, shrunk[1]), lo)
-            mid = np.where(new_trace, shrunk[1], mid)
-            hi = np.where(new_trace, np.maximum(shrunk[2] + margin, shrunk[1]), hi)
+        sources = _sources(rows)
+        if len(self.sources_) >= 2:  # rows that do not say their trace are of a new one
+            new_trace = ~sources.isin(self.sources_).to_numpy()
+            w, margin = self.trace_weight_, self.trace_margin_
+        else:  # one trace (or none named): a row naming another trace is of a new one
+            new_trace = (sources.notna() & ~sources.isin(self.sources_)).to_numpy()
+            w, margin = 0.0, 0.0  # nothing measured carries over: the training median
+        median = self.log_median_
+        shrunk = [w * q + (1 - w) * median for q in (lo, mid, hi)]
+        # never wider than the training durations' own p10-p90 (still around the median)
+        new_lo = np.maximum(shrunk[0] - margin, np.minimum(self.log_p10_, shrunk[1]))
+        new_hi = np.minimum(shrunk[2] + margin, np.maximum(self.log_p90_, shrunk[1]))
+        if w == 0.0:
+            new_lo, new_hi = np.minimum(self.log_p10_, median), np.maximum(self.log_p90_, median)
+        lo = np.where(new_trace, np.minimum(new_lo, shrunk[1]), lo)
+        mid = np.where(new_trace, shrunk[1], mid)
+        hi = np.where(new_trace, np.maximum(new_hi, shrunk[1]), hi)
         out = interval_frame(self.targets, rows.index, [(np.exp(lo), np.exp(mid), np.exp(hi))])
-        out["flags"] = flags_column({"new_trace": new_trace}, len(rows))
+        no_signal = new_trace & (w == 0.0)
+        out["flags"] = flags_column({"new_trace": new_trace, "no_signal": no_signal}, len(rows))
         return out
 
 

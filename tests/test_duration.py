@@ -65,9 +65,32 @@ def test_a_trace_not_in_training_is_never_worse_than_the_train_median(
     y = test["duration_s"].to_numpy()
     median = np.median(train["duration_s"])
     assert _mape(out["duration_s"].to_numpy(), y) <= _mape(np.full(len(y), median), y) + 1e-9
-    assert (out["flags"] == "new_trace").all()
+    assert out["flags"].str.split(",").map(lambda f: "new_trace" in f).all()
     covered = (out["duration_s_p10"] <= y) & (y <= out["duration_s_p90"])
-    assert covered.mean() >= 0.5
+    # the interval may not be wider than the training durations' p10-p90: a trace unlike
+    # every training one (Chronus' minute-long jobs) is covered less (45% of its jobs here)
+    assert covered.mean() >= 0.4
+    p10, p90 = np.quantile(train["duration_s"], [0.1, 0.9])
+    width = out["duration_s_p90"] / out["duration_s_p10"]
+    assert (width <= p90 / p10 * (1 + 1e-9)).all()  # never wider than the training spread
+
+
+def test_trained_on_one_trace_another_trace_gets_the_median_and_says_so(
+    traces: pd.DataFrame,
+) -> None:
+    """One training trace measures no carry-over: a job of another trace is answered the
+    training median with the training p10-p90, flagged new_trace and no_signal; a job of the
+    training trace keeps the model, unflagged."""
+    train = traces[traces["source"] == "pollux-philly"]
+    model = make_predictor("duration", "gbm").fit(train)
+    other = model.predict_interval(traces[traces["source"] == "muri-traces"].head(200))
+    assert (other["flags"] == "new_trace,no_signal").all()
+    median = np.median(train["duration_s"])
+    assert np.allclose(other["duration_s"], median)
+    p10, p90 = np.quantile(train["duration_s"], [0.1, 0.9])
+    assert np.allclose(other["duration_s_p10"], p10) and np.allclose(other["duration_s_p90"], p90)
+    own = model.predict_interval(train.head(200).drop(columns="duration_s"))
+    assert (own["flags"] == "").all() and not np.allclose(own["duration_s"], median)
 
 
 def test_rows_of_a_training_trace_keep_the_model(traces: pd.DataFrame) -> None:
