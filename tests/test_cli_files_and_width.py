@@ -77,3 +77,38 @@ def test_recommend_reads_at_80_columns_in_human_units(scaling_champion: None) ->
         assert re.fullmatch(r"[\d.]+ (s|min|h|d)", cells[3]), cells  # total time
     assert "step p10–p90 left out at 80 columns" in result.stdout
     assert not re.search(r"\d[eE][+-]?\d", result.stdout)
+
+
+def test_live_jobs_reads_at_80_columns_and_prints_json(tmp_path: Path) -> None:
+    import json
+
+    from perfcast.scheduler.live.store import JobStore
+
+    store = JobStore(tmp_path / "state.db")
+    for i, status in enumerate(("running", "failed", "pending")):
+        spec = {"name": f"job-{i}", "iterations": 400, "batch_size": 32, "min_step_time_s": 0.05}
+        store.add_job(f"job-{i}", spec, submit_time_s=float(i))
+        if status != "pending":
+            store.update_job(
+                f"job-{i}", status=status, gpus=[(0, i), (1, i)], iteration=120,
+                samples_done=120 * 32, mean_step_time_s=0.0612,
+                metrics={"loss": 0.4321, "accuracy": 0.9},
+                error="Traceback ...\nRuntimeError: CUDA out of memory on node 1"
+                if status == "failed" else None,
+            )  # fmt: skip
+    store.close()
+    narrow = runner.invoke(app, ["jobs", "--state", str(tmp_path)], env={"COLUMNS": "80"})
+    assert narrow.exit_code == 0, narrow.output
+    lines = narrow.output.splitlines()
+    assert all(len(line) <= 80 for line in lines), narrow.output
+    assert "…" not in narrow.output
+    flat = " ".join(narrow.output.split())
+    assert "left out at 80 columns: --json has them" in flat
+    assert re.search(r"│ job-0 +│ running +│", narrow.output)
+    # the failed job's error, folded within its column, never cut
+    assert re.search(r"│ job-1 +│ failed +│.*│ RuntimeError: CUDA out of +│", narrow.output)
+    assert "61.2 ms" in narrow.output  # the measured step time, in human units
+    listed = json.loads(runner.invoke(app, ["jobs", "--state", str(tmp_path), "--json"]).output)
+    assert [j["job"] for j in listed] == ["job-0", "job-1", "job-2"]
+    assert listed[0]["measured_step_s"] == 0.0612 and listed[0]["progress"] == 0.3
+    assert listed[1]["error"] == "RuntimeError: CUDA out of memory on node 1"

@@ -16,7 +16,7 @@ import os
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -38,6 +38,8 @@ from perfcast.scheduler.live.service import (
     stop_service,
 )
 from perfcast.scheduler.live.spec import JobSpec, load_job
+from perfcast.tables import Column, fit
+from perfcast.units import duration
 
 if TYPE_CHECKING:
     from perfcast.scheduler.live.store import JobStore
@@ -313,27 +315,51 @@ def submit(
                       "starts one")  # fmt: skip
 
 
-def _jobs_table(store: JobStore) -> Table:
-    table = Table(
-        "job", "state", "node", "GPUs", "iteration", "progress", "step s (measured)",
-        "step s (predicted)", "attempt", "metrics", "error", title="live jobs",
-    )  # fmt: skip
+def _jobs_rows(store: JobStore) -> list[dict[str, Any]]:
+    """Each live job's figures, as `jobs --json` prints them (the table shows them)."""
+    rows = []
     for r in store.jobs():
         spec = JobSpec(**r.spec)
-        nodes = sorted({n for n, _ in r.gpus})
-        table.add_row(
-            r.job_id,
-            r.status,
-            ",".join(map(str, nodes)) or "-",
-            ",".join(f"{n}:{g}" for n, g in r.gpus) or "-",
-            str(r.iteration),
-            f"{100 * r.samples_done / spec.total_samples:.0f}%",
-            f"{r.mean_step_time_s:.4f}" if r.mean_step_time_s else "-",
-            f"{spec.min_step_time_s:.4f}" if spec.min_step_time_s else "-",
-            str(r.attempt),
-            " ".join(f"{k}={v:.4g}" for k, v in (r.metrics or {}).items()) or "-",
-            _last_line(r.error) if r.status in ("failed", "restarting") else "-",
-        )
+        rows.append(
+            {
+                "job": r.job_id, "state": r.status,
+                "nodes": sorted({n for n, _ in r.gpus}), "gpus": [list(g) for g in r.gpus],
+                "iteration": r.iteration, "iterations": spec.iterations,
+                "progress": r.samples_done / spec.total_samples,
+                "measured_step_s": r.mean_step_time_s,
+                "predicted_step_s": spec.min_step_time_s,
+                "attempt": r.attempt, "metrics": r.metrics or {},
+                "error": _last_line(r.error) if r.status in ("failed", "restarting") else None,
+            }
+        )  # fmt: skip
+    return rows
+
+
+# what `jobs` keeps at a narrow width or piped: job and state always, the error and progress
+# next; the metrics and the attempt go first (--json has every column)
+_JOB_COLUMNS = [
+    Column("job", 0), Column("state", 0), Column("GPUs", 2), Column("progress", 1, "right"),
+    Column("step (measured)", 2, "right"), Column("step (predicted)", 3, "right"),
+    Column("iteration", 4, "right"), Column("node", 5), Column("attempt", 6, "right"),
+    Column("metrics", 7, wrap=True), Column("error", 1, wrap=True, floor=24),
+]  # fmt: skip
+
+
+def _jobs_table(store: JobStore, width: int) -> Table:
+    rows = [
+        [r["job"], r["state"], ",".join(f"{n}:{g}" for n, g in r["gpus"]) or "-",
+         f"{100 * r['progress']:.0f}%",
+         duration(r["measured_step_s"]) if r["measured_step_s"] else "-",
+         duration(r["predicted_step_s"]) if r["predicted_step_s"] else "-",
+         str(r["iteration"]), ",".join(map(str, r["nodes"])) or "-",
+         str(r["attempt"]),
+         " ".join(f"{k}={v:.4g}" for k, v in r["metrics"].items()) or "-",
+         r["error"] or "-"]
+        for r in _jobs_rows(store)
+    ]  # fmt: skip
+    table, left_out = fit(_JOB_COLUMNS, rows, width, title="live jobs")
+    if left_out:
+        table.caption = f"{', '.join(left_out)} left out at {width} columns: --json has them"
     return table
 
 
@@ -347,17 +373,24 @@ def _last_line(error: str | None) -> str:
 def jobs(
     watch: Annotated[bool, typer.Option("--watch", "-w", help="refresh until Ctrl-C")] = False,
     state: StateOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list, every column.")] = (
+        False
+    ),
 ) -> None:
-    """Live jobs: state, node, GPUs, iteration, measured vs predicted step time."""
+    """Live jobs: state, GPUs, progress, measured vs predicted step time, the error of a failed
+    one. Columns that do not fit the terminal are left out by priority and named."""
     store = _store(state)
-    if not watch:
-        console.print(_jobs_table(store))
+    if as_json:
+        print(json.dumps(_jobs_rows(store)))
         return
-    with Live(_jobs_table(store), console=console, refresh_per_second=2) as live:
+    if not watch:
+        console.print(_jobs_table(store, console.width))
+        return
+    with Live(_jobs_table(store, console.width), console=console, refresh_per_second=2) as live:
         try:
             while True:
                 time.sleep(0.5)
-                live.update(_jobs_table(store))
+                live.update(_jobs_table(store, console.width))
         except KeyboardInterrupt:
             pass
 
