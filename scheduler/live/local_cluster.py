@@ -84,8 +84,7 @@ class LocalCluster:
     ) -> LocalCluster:
         """Start a head node with a new token written to `token_path`."""
         token_path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(token_path, secrets.token_hex(32))
-        token_path.chmod(0o600)
+        atomic_write_text(token_path, secrets.token_hex(32), permissions=0o600)
         # short: Ray puts unix sockets under it (about 107 characters at most)
         temp_dir = tempfile.mkdtemp(prefix="perfcast-ray-", dir="/tmp")
         port = _free_port()
