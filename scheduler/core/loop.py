@@ -8,6 +8,7 @@ The same loop drives the simulator and the Ray cluster.
 from __future__ import annotations
 
 import logging
+from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -224,6 +225,7 @@ class SchedulingLoop:
             raise ValueError(f"min_run_s must be >= 0, got {min_run_s}")
         self.min_run_s = float(min_run_s)
         self.held_until: float | None = None
+        self._recent: deque[tuple[float, str]] = deque()  # (start, job) within a quantum
         self.cluster, self.policy, self.executor = cluster, policy, executor
         self.predictor = predictor
         self.admission = admission or AcceptAll()
@@ -246,6 +248,8 @@ class SchedulingLoop:
         ctx = self.context(now)
         schedule = self.hold_quantum(self.policy.schedule(ctx), ctx)
         self.placement.place(schedule, ctx)
+        if self.min_run_s > 0:
+            self._recent.extend((now, d.job_id) for d in ctx.decisions if isinstance(d, Run))
         if ctx.decisions:
             self.executor.apply(ctx.decisions, self.jobs, now)
         return ctx.decisions
@@ -253,19 +257,31 @@ class SchedulingLoop:
     def hold_quantum(self, schedule: list[Allocation], ctx: RoundContext) -> list[Allocation]:
         """`schedule` with the running jobs it drops inside their quantum put back first, at
         the GPUs and batch they hold (what they displaced waits; placement starts only what
-        fits). Sets `held_until`."""
+        fits). Sets `held_until`. Only the jobs started in the last `min_run_s` are looked at
+        (`_recent`, in start order), so a round does not pay for every running job."""
         self.held_until = None
-        if self.min_run_s <= 0:
+        recent, now = self._recent, ctx.now
+        while recent and recent[0][0] + self.min_run_s <= now + _QUANTUM_EPS:
+            recent.popleft()
+        if not recent:
             return schedule
         keep = isinstance(schedule, Schedule) and schedule.keep_running
-        wanted = {a.job_id: a for a in schedule}
+        if keep:  # only a listed 0-GPU allocation drops a running job
+            dropped = {a.job_id for a in schedule if a.num_gpus == 0}
+            if not dropped:
+                return schedule
+        else:
+            # a plain list names every job to hold GPUs: it drops the recent ones it leaves out
+            dropped = {job_id for _, job_id in recent}
+            dropped.difference_update(a.job_id for a in schedule if a.num_gpus > 0)
         held = []
-        for state in self.jobs.running():
-            until = (state.last_start_s or 0.0) + self.min_run_s
-            alloc = wanted.get(state.job_id)
-            dropped = alloc.num_gpus == 0 if alloc is not None else not keep
-            if dropped and until > ctx.now + _QUANTUM_EPS:
-                held.append(Allocation(state.job_id, state.num_gpus, state.batch_size, state.share))
+        for started, job_id in recent:
+            state = self.jobs.all[job_id]
+            if state.status is not JobStatus.RUNNING or state.last_start_s != started:
+                continue  # suspended or finished since, or started again later (a later entry)
+            if job_id in dropped:
+                held.append(Allocation(job_id, state.num_gpus, state.batch_size, state.share))
+                until = started + self.min_run_s
                 self.held_until = until if self.held_until is None else min(self.held_until, until)
         if not held:
             return schedule
