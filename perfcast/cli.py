@@ -5,6 +5,7 @@ the commands so that `--help` is fast); this module mounts them and turns user e
 
 from __future__ import annotations
 
+import inspect
 import os
 from typing import NoReturn
 
@@ -56,6 +57,21 @@ app.add_typer(features_cli.app, name="profile")
 for _flat in (training_cli.app, serving_cli.app, scheduler_cli.app, live_cli.app):
     app.registered_commands.extend(_flat.registered_commands)
     app.registered_groups.extend(_flat.registered_groups)
+
+
+def _one_line_summaries(group: typer.Typer) -> None:
+    """Each command's summary in a command list is its docstring's first paragraph as one line:
+    rich kept the docstring's line breaks, so at 80 columns the lists broke mid-sentence."""
+    for info in group.registered_commands:
+        doc = info.help or (info.callback.__doc__ if info.callback else None)
+        if info.short_help is None and doc:
+            info.short_help = " ".join(inspect.cleandoc(doc).split("\n\n")[0].split())
+    for sub in group.registered_groups:
+        if sub.typer_instance is not None:
+            _one_line_summaries(sub.typer_instance)
+
+
+_one_line_summaries(app)
 
 
 def main() -> None:

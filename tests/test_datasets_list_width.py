@@ -47,3 +47,25 @@ def test_a_misspelt_dataset_gets_did_you_mean() -> None:
     assert "did you mean 'gavel-interference'?" in result.output
     far = runner.invoke(app, ["datasets", "show", "zzzz"])
     assert far.exit_code == 2 and "did you mean" not in far.output
+
+
+def test_command_lists_wrap_summaries_as_sentences_at_80_columns() -> None:
+    """A summary fills each line before it wraps (the docstring's own line ends broke it:
+    "... source repositories at" then "the pinned commits ..." on a short line)."""
+    for group in (["datasets"], ["profile"], []):
+        result = runner.invoke(app, [*group, "--help"], env={"COLUMNS": "80"})
+        assert result.exit_code == 0
+        panel = result.output.split("Commands")[1].splitlines()[1:]
+        entries: list[list[str]] = []
+        for line in panel:
+            if not line.startswith("│"):
+                break
+            body = line[1:].rstrip().rstrip("│").strip()
+            if line[2] != " ":  # a command's first line: its name, then its summary
+                entries.append([body.split(maxsplit=1)[1]])
+            elif entries:
+                entries[-1].append(body)
+        assert len(entries) >= 3
+        for lines in entries:
+            for text in lines[:-1]:  # every line but a summary's last is (nearly) full
+                assert len(text) >= 50, (group, lines)
