@@ -58,11 +58,17 @@ class PerfcastClient:
 
     # -- PredictionBackend ---------------------------------------------------------------
 
-    def predict(self, task: Task, rows: pd.DataFrame) -> pd.DataFrame:
+    def predict(self, task: Task, rows: pd.DataFrame | list[dict[str, Any]]) -> pd.DataFrame:
+        """Predictions for `rows`: a DataFrame or a list of dicts (one per row), in the task's
+        contract columns."""
         import pandas as pd
 
         if task not in TASK_TABLES:
             raise PerfcastError(f"unknown task {task!r}; expected one of {', '.join(TASK_TABLES)}")
+        if isinstance(rows, list | tuple):
+            if not all(isinstance(row, dict) for row in rows):
+                raise ContractError(f"rows for task {task}: give a DataFrame or a list of dicts")
+            rows = pd.DataFrame.from_records(list(rows))
         if rows.empty:
             raise ContractError(f"no rows to predict for task {task}")
         rows = rows.reset_index(drop=True)
@@ -108,12 +114,20 @@ class PerfcastClient:
     # -- the rest of the API -------------------------------------------------------------
 
     def recommend(self, request: dict[str, Any]) -> dict[str, Any]:
+        """`POST /v1/recommend`: one job's best configurations. `request` as examples/job.yaml
+        (`job`, `pools`, `local_batch_sizes`, `objective`, `work`, ...); the answer's `top`
+        holds each configuration with its predicted step time, total time, cost and reason."""
         return self._request("POST", "/v1/recommend", json=request)
 
     def allocate(self, request: dict[str, Any]) -> dict[str, Any]:
+        """`POST /v1/allocate`: GPUs and batch size for many elastic jobs. `request` as
+        examples/jobs.yaml (`total_gpus`, `jobs`); the answer's `allocations` per job."""
         return self._request("POST", "/v1/allocate", json=request)
 
     def place(self, request: dict[str, Any]) -> dict[str, Any]:
+        """`POST /v1/place`: nodes and GPUs for jobs in priority order, sharing a GPU only
+        when predicted to pay. `request` as examples/cluster.yaml (`nodes`, `jobs`); the
+        answer's `assignments` (with a reason each) and `waiting`."""
         return self._request("POST", "/v1/place", json=request)
 
     def observe(self, rows: pd.DataFrame | list[dict[str, Any]]) -> dict[str, Any]:
@@ -127,12 +141,15 @@ class PerfcastClient:
         return self._request("POST", "/v1/observe", json={"rows": rows}, task="scaling")
 
     def models(self) -> dict[str, Any]:
+        """`GET /v1/models`: each task's champion (family, version, held-out metrics)."""
         return self._request("GET", "/v1/models")
 
     def reload(self) -> dict[str, Any]:
+        """`POST /v1/models/reload`: load the registry's current champions (needs the key)."""
         return self._request("POST", "/v1/models/reload")
 
     def ready(self) -> bool:
+        """Whether `/readyz` answers 200 (every served task has its model)."""
         try:
             return self._http.get("/readyz").status_code == 200
         except httpx.HTTPError:
