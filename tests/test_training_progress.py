@@ -88,3 +88,15 @@ def test_evaluate_auto_says_what_it_chose(tmp_path) -> None:
     best = min(("gbm", float(chose.group(2))), ("fcn", float(chose.group(3))), key=lambda x: x[1])
     assert chose.group(1) == best[0]
     assert re.search(r"^ +mape: \d+(\.\d)?%$", result.output, re.M), result.output
+
+
+def test_what_auto_chose_reads_as_a_sentence() -> None:
+    from perfcast.training.evaluation import describe_choice, describe_folds
+
+    assert describe_choice({"gbm": 9.13, "fcn": 10.71}) == (
+        "auto chose gbm (validation MAPE: gbm 9.1%, fcn 10.7%)"
+    )
+    assert describe_choice({"gbm": 412.6, "fcn": 92.7}).startswith("auto chose fcn")
+    assert describe_folds(["gbm", "fcn", "gbm", "gbm", "gbm"]) == (
+        "auto chose gbm in 4 folds, fcn in 1 fold"
+    )
