@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
 
 from perfcast.errors import PerfcastError
 
@@ -40,14 +47,25 @@ ModelName = Annotated[
 ]
 
 
+class _Progress(Progress):
+    """A live bar on a terminal; piped or logged, each task says it started (a live bar there
+    shows nothing, so a minute-long measurement was silent)."""
+
+    def add_task(self, description: str, *args: Any, **kwargs: Any) -> TaskID:
+        if not self.console.is_terminal:
+            self.console.print(f"{description} ...", highlight=False)
+        return super().add_task(description, *args, **kwargs)
+
+
 def progress() -> Progress:
-    return Progress(
+    return _Progress(
         TextColumn("{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
         console=console,
         transient=True,
+        disable=not console.is_terminal,
     )
 
 

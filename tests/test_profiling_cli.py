@@ -52,9 +52,16 @@ def test_graph_and_query_write_valid_tables(tmp_path: Path, monkeypatch) -> None
 
 def test_colocate_writes_an_interference_row(tmp_path: Path) -> None:
     out = tmp_path / "pair.csv"
-    _ok(["colocate", "--a", "mlp-w16-d1-i8:8", "--b", "mlp-w16-d1-i8:8", "--window", "0.5",
-         "--warmup", "1", "--out", str(out)])  # fmt: skip
+    result = runner.invoke(
+        app, ["colocate", "--a", "mlp-w16-d1-i8:8", "--b", "mlp-w16-d1-i8:8", "--window", "0.5",
+              "--warmup", "1", "--out", str(out)],
+    )  # fmt: skip
+    assert result.exit_code == 0, (result.output, result.exception)
     assert len(read_table(out, kind="interference")) == 1
+    # piped, it says what it measures before it takes its time (issue 35: it was silent)
+    lines = result.output.splitlines()
+    assert lines[0] == "mlp-w16-d1-i8:8 beside mlp-w16-d1-i8:8 (solo runs, then together) ..."
+    assert lines[1].startswith("speeds: ") and "" not in lines
 
 
 def test_bad_options_are_user_errors(tmp_path: Path) -> None:
