@@ -238,7 +238,8 @@ def _train(task: str, data: str, model: str, split: str, stage: Stage) -> TrainR
         notes.append(f"replacing a champion that cannot be loaded: {err}")
         promotion = f"promoted v{version}: the champion, v{err.version}, cannot be loaded"
     else:
-        promotion = f"promoted v{version}: the first {model_store.model_name(task)} champion"
+        name = model_store.model_name(task)
+        promotion = f"promoted v{version}: no {name} champion to compare with"
     champion_metrics = None
     promoted = True
     if champion is not None:
