@@ -27,6 +27,7 @@ from perfcast.features.graphs import op_table, sample_table, samples
 from perfcast.predictor import make_predictor
 from perfcast.predictor.runtime import OpLatencyModel
 from perfcast.predictor.scaling import one_gpu_seconds
+from perfcast.training.by_source import leave_one_cluster_out_folds
 from perfcast.training.evaluation import truth_and_predictions
 from perfcast.training.metrics import narrowest_width, regression_metrics
 
@@ -36,17 +37,6 @@ SCALING_DATA = ["pollux-scaling", "gavel-scaling", "muri-scaling", "sia-scaling"
 def _scaling_rows() -> pd.DataFrame:
     """The scaling datasets; every row names its `cluster` (tests/test_scaling_data.py)."""
     return pd.concat([datasets.load(name) for name in SCALING_DATA], ignore_index=True)
-
-
-def leave_one_cluster_out_folds(rows: pd.DataFrame):
-    """The scaling headline: a cluster whose GPUs and links the model has not seen scale. For
-    each cluster: train on the other clusters plus its one-GPU rows, test on its multi-GPU
-    rows. Yields (train, test, cluster)."""
-    multi = (rows["num_gpus"] > 1).to_numpy()
-    for cluster in sorted(rows["cluster"].unique()):
-        held = multi & (rows["cluster"] == cluster).to_numpy()
-        if held.any():
-            yield np.flatnonzero(~held), np.flatnonzero(held), cluster
 
 
 OBSERVED_CONFIGS = 3  # measured configurations of each job a new cluster reports

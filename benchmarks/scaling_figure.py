@@ -16,9 +16,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
-from benchmarks.accuracy import _scaling_rows, leave_one_cluster_out_folds
+from benchmarks.accuracy import _scaling_rows
 from perfcast.predictor import make_predictor
 from perfcast.predictor.scaling import one_gpu_seconds
+from perfcast.training.by_source import leave_one_cluster_out_folds
 
 
 def main() -> None:

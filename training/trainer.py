@@ -29,7 +29,7 @@ from perfcast.features.graphs import samples
 from perfcast.predictor import DEFAULT_FAMILY, FAMILIES, make_predictor
 from perfcast.predictor.backend import PER_SAMPLE_TASKS, TASK_TABLES
 from perfcast.predictor.base import MODEL_FORMAT
-from perfcast.training import model_store
+from perfcast.training import by_source, model_store
 from perfcast.training.evaluation import best_family, describe_choice, score, validate_families
 from perfcast.units import duration, number, pct
 
@@ -197,6 +197,9 @@ def _train(task: str, data: str, model: str, split: str, stage: Stage) -> TrainR
         fit_s = time.perf_counter() - start
         stage("score", f"on {len(test_rows):,} held-out rows")
         metrics = {**score(predictor, test_rows), "fit_s": fit_s}
+        if task in by_source.SCORERS:
+            stage("by source", f"{family} on each source held out (what a new cluster gets)")
+            metrics.update(by_source.scores(task, family, rows))
         mlflow.log_metrics(metrics)
         # what the fit chose for itself on held-out groups (the graph networks' epochs)
         chosen = getattr(getattr(predictor, "regressor_", None), "chosen_", None) or {}
@@ -257,15 +260,23 @@ def _train(task: str, data: str, model: str, split: str, stage: Stage) -> TrainR
             metrics = {**metrics, "mape_vs_champion_rows": score(predictor, rows_fair)["mape"]}
             challenger, held = metrics["mape_vs_champion_rows"], champion_metrics["mape"]
             promoted = bool(challenger < held)
+            random_line = (
+                f"new model {pct(challenger)} vs {pct(held)} MAPE on the same "
+                f"{len(rows_fair):,} held-out rows"
+            )
+            # scored by source on the same data: that decides (random rows are the tie-break)
+            decided = (
+                by_source.promotion(metrics, champion.metrics) if champion.data == data else None
+            )
+            if decided is not None:
+                promoted, why = decided
+                random_line = f"{why}; {random_line}"
             verdict = (
                 f"promoted v{version} over v{champion.version}"
                 if promoted
                 else f"kept v{champion.version}"
             )
-            promotion = (
-                f"{verdict}: new model {pct(challenger)} vs {pct(held)} MAPE on the same "
-                f"{len(rows_fair):,} held-out rows"
-            )
+            promotion = f"{verdict}: {random_line}"
     if promoted:
         model_store.set_champion(task, version)
     _tag_promotion(run.info.run_id, task, version, promotion)
@@ -364,8 +375,9 @@ def _signature_safe(example: pd.DataFrame) -> pd.DataFrame:
 
 
 def describe(result: TrainResult) -> str:
-    """The result in a few lines: the model and its held-out figures, the promotion line, then
-    the notes to read it with."""
+    """The result in a few lines: the model, its figures on sources it never saw (where the
+    task has them) and on held-out rows like its training, the promotion line, then the notes
+    to read it with."""
     m = result.metrics
     lines = [
         f"{result.task}: {result.family} -> model version {result.version} "
@@ -373,6 +385,12 @@ def describe(result: TrainResult) -> str:
         f"  held-out MAPE {pct(m['mape'])}, MAE {number(m['mae'])}, p10-p90 coverage "
         f"{m['interval_coverage']:.0%}, fit {duration(m['fit_s'])}",
     ]
+    if f"{by_source.PREFIX}mape" in m:  # what a new cluster should expect, first
+        lines.insert(1, (
+            f"  on clusters it never saw (leave one out): MAPE {pct(m['by_source_mape'])} "
+            f"against perfect scaling's {pct(m['by_source_napkin_mape'])}, p10-p90 coverage "
+            f"{m['by_source_coverage']:.0%}, median p90/p10 {m['by_source_width']:.2f}"
+        ))  # fmt: skip
     if result.promotion:
         lines.append(f"  {result.promotion}")
     return "\n".join(lines + [f"  {note}" for note in result.notes])

@@ -1,0 +1,63 @@
+"""The champion is chosen by how it does on clusters it never saw: training scores a scaling
+model leave one cluster out next to perfect scaling on the same rows, logs and prints it, and
+promotion follows that score (random held-out rows only as a tie-break). Real models on real
+public data (Gavel's and Muri's clusters)."""
+
+from __future__ import annotations
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from perfcast.datasets.fetch import shared_data_available
+from perfcast.training import by_source, trainer
+
+pytestmark = pytest.mark.skipif(
+    not shared_data_available(), reason="the public datasets are not available"
+)
+DATA = "gavel-scaling,muri-scaling"  # two clusters: each is held out once
+
+
+@pytest.fixture(scope="module")
+def first() -> trainer.TrainResult:
+    return trainer.train("scaling", DATA, model="gbm")
+
+
+def test_training_scores_each_cluster_held_out_beside_perfect_scaling(first) -> None:
+    m = first.metrics
+    for name in ("mape", "coverage", "width", "napkin_mape"):
+        assert f"by_source_{name}" in m, name
+    assert 0 < m["by_source_mape"] < 100 and 0 <= m["by_source_coverage"] <= 1
+    # on clusters it never saw the model beats the napkin (measured: gbm below perfect scaling)
+    assert m["by_source_mape"] < m["by_source_napkin_mape"]
+    logged = MlflowClient().get_run(first.run_id).data.metrics
+    assert logged["by_source_mape"] == pytest.approx(m["by_source_mape"])
+    assert "on clusters it never saw" in trainer.describe(first)
+
+
+def test_the_champion_moves_only_when_the_challenger_is_no_worse_by_source(
+    first, monkeypatch
+) -> None:
+    real = by_source.scores
+
+    def shifted(by: float):
+        def scores(task, family, rows):
+            found = real(task, family, rows)
+            return {**found, "by_source_mape": found["by_source_mape"] + by}
+
+        return scores
+
+    monkeypatch.setattr(by_source, "scores", shifted(+5.0))  # worse on unseen clusters
+    worse = trainer.train("scaling", DATA, model="gbm")
+    assert not worse.promoted and "worse on clusters it never saw" in worse.promotion
+    monkeypatch.setattr(by_source, "scores", shifted(-5.0))  # better on unseen clusters
+    better = trainer.train("scaling", DATA, model="gbm")
+    # the same random rows and the same model: only the score by source differs
+    assert better.promoted and "on clusters it never saw" in better.promotion
+
+
+def test_a_challenger_much_worse_on_random_rows_does_not_win_by_source() -> None:
+    champion = {"by_source_mape": 30.0, "mape": 10.0}
+    assert by_source.promotion({"by_source_mape": 29.0, "mape": 10.5}, champion)[0]
+    kept, why = by_source.promotion({"by_source_mape": 29.0, "mape": 12.0}, champion)
+    assert not kept and "10%" in why
+    assert by_source.promotion({"mape": 5.0}, champion) is None  # no score by source: random
