@@ -26,3 +26,14 @@ def download_cache_dir() -> Path:
     path = state_dir() / "downloads"
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def shown(path: Path | str) -> str:
+    """`path` as an answer may show it: under the state directory, relative to
+    `$PERFCAST_HOME`; elsewhere its name only (an answer must not tell a client where the
+    server's files are)."""
+    try:
+        inside = Path(path).resolve().relative_to(state_dir().resolve())
+    except ValueError:
+        return Path(path).name
+    return f"$PERFCAST_HOME/{inside.as_posix()}"

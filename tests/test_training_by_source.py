@@ -5,10 +5,16 @@ public data (Gavel's and Muri's clusters)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+from fastapi.testclient import TestClient
 from mlflow.tracking import MlflowClient
 
 from perfcast.datasets.fetch import shared_data_available
+from perfcast.serving.app import create_app
+from perfcast.serving.models import ServedModels
+from perfcast.serving.settings import Settings
 from perfcast.training import by_source, trainer
 
 pytestmark = pytest.mark.skipif(
@@ -32,6 +38,20 @@ def test_training_scores_each_cluster_held_out_beside_perfect_scaling(first) -> 
     logged = MlflowClient().get_run(first.run_id).data.metrics
     assert logged["by_source_mape"] == pytest.approx(m["by_source_mape"])
     assert "on clusters it never saw" in trainer.describe(first)
+
+
+def test_the_models_page_and_api_lead_with_the_score_by_source(first) -> None:
+    served = ServedModels(("scaling",))
+    assert served.reload() == []
+    http = TestClient(create_app(Settings(tasks=("scaling",)), served))
+    metrics = http.get("/v1/models").json()["models"][0]["metrics"]
+    assert metrics["by_source_mape"] > metrics["mape"]  # a new cluster is harder
+    page = http.get("/ui/models").text
+    cell = page.split('class="num by-source"')[1].split("</td>")[0]
+    assert f"{metrics['by_source_mape']:.1f}%" in cell and "perfect scaling" in cell
+    header = page.split("<thead>")[1]
+    assert header.index("on a new cluster") < header.index("rows like its training")
+    assert "/tmp/" not in page and str(Path.home()) not in page  # no server path shown
 
 
 def test_the_champion_moves_only_when_the_challenger_is_no_worse_by_source(

@@ -36,7 +36,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from perfcast.errors import PerfcastError
-from perfcast.paths import state_dir
+from perfcast.paths import shown, state_dir
 from perfcast.predictor.base import MODEL_FORMAT, TaskPredictor
 
 EXPERIMENT = "perfcast"
@@ -163,22 +163,11 @@ def _copy(uri: str, destination: str) -> Path:
     local = _local(uri)
     if uri.startswith("file:") or local.is_absolute():
         if not local.is_dir():
-            raise FileNotFoundError(f"no model files at {_shown(local)}")
+            raise FileNotFoundError(f"no model files at {shown(local)}")
         target = Path(destination) / "model"
         shutil.copytree(local, target)
         return target
     return Path(mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=destination))
-
-
-def _shown(path: Path | str) -> str:
-    """`path` as answers may show it: under the home, relative to $PERFCAST_HOME (an answer
-    must not tell a client where the server's files are)."""
-    try:
-        return (
-            "$PERFCAST_HOME/" + Path(path).resolve().relative_to(state_dir().resolve()).as_posix()
-        )
-    except ValueError:
-        return Path(path).name
 
 
 def reopen() -> None:
@@ -288,14 +277,14 @@ def load_champion(task: str) -> Champion | None:
             raise ChampionLoadError(task, str(version.version), "the model store", err) from None
         recorded = version.tags.get(SHA256_TAG)
         if recorded is None or artifact_sha256(files) != recorded:
-            shown = _shown(_local(uri))
-            raise ChampionIntegrityError(task, str(version.version), shown, recorded)
+            where = shown(_local(uri))
+            raise ChampionIntegrityError(task, str(version.version), where, recorded)
         try:
             model = mlflow.pyfunc.load_model(str(files))
             predictor = model.unwrap_python_model().predictor
             _canary(predictor, files)
         except Exception as err:  # a corrupt artifact: anything unpickling can raise
-            raise ChampionLoadError(task, str(version.version), _shown(_local(uri)), err) from None
+            raise ChampionLoadError(task, str(version.version), shown(_local(uri)), err) from None
     return Champion(
         task=task,
         predictor=predictor,

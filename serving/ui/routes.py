@@ -18,6 +18,7 @@ from fastapi.templating import Jinja2Templates
 from starlette.concurrency import run_in_threadpool
 
 from perfcast.errors import PerfcastError
+from perfcast.paths import shown
 from perfcast.serving import service
 from perfcast.serving.dependencies import AppSettings, Models
 from perfcast.serving.live_error import TASK as LIVE_TASK
@@ -79,7 +80,7 @@ async def models_page(request: Request, models: Models) -> HTMLResponse:
             details.baseline_mape if details is not None else None,
         )
         rows.append({"info": m, "trained": details, "live": live, "comparison": comparison})
-    context = {"page": "models", "rows": rows, "store": str(default_store_path())}
+    context = {"page": "models", "rows": rows, "store": shown(default_store_path())}
     return templates.TemplateResponse(request, "models.html", context)
 
 
@@ -113,7 +114,7 @@ async def ask_page(request: Request, models: Models, settings: AppSettings) -> H
 @router.get("/ui/live", response_class=HTMLResponse)
 def live_page(request: Request) -> HTMLResponse:
     return templates.TemplateResponse(
-        request, "live.html", {"page": "live", "store": str(default_store_path())}
+        request, "live.html", {"page": "live", "store": shown(default_store_path())}
     )
 
 
