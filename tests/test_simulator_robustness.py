@@ -129,3 +129,22 @@ def test_an_unknown_progress_model_is_a_clear_error():
         PerfcastError, match="progress 'epochs': choose one of duration, statistical"
     ):
         build_workload(trace, cluster, workload.scaling, workload.interference, progress="epochs")
+
+
+@requires_data
+def test_the_command_line_reports_statistical_matches_and_refuses_an_unknown_progress(tmp_path):
+    from typer.testing import CliRunner
+
+    from perfcast.cli import app as cli
+
+    trace = tmp_path / "t.csv"
+    trace.write_text(TRACE_HEAD + "a,0,1,100,resnet18-cifar10,128\n")
+    base = ["simulate", "--trace", str(trace), "--cluster", "1x4:v100", "--policy", "fifo"]
+    runner = CliRunner()
+    opted = runner.invoke(cli, [*base, "--progress", "statistical"])
+    assert opted.exit_code == 0, opted.output
+    assert "statistical progress" in opted.output and "resnet18-cifar10 x1" in opted.output
+    plain = runner.invoke(cli, base)
+    assert plain.exit_code == 0 and "statistical progress" not in plain.output
+    bad = runner.invoke(cli, [*base, "--progress", "epochs"])
+    assert bad.exit_code == 2 and "choose auto, duration or statistical" in bad.output
