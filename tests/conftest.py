@@ -17,10 +17,18 @@ import re
 
 import pandas as pd
 import pytest
+from hypothesis import HealthCheck, settings
 
 from perfcast import datasets
 from perfcast.datasets.fetch import fetch, shared_data_available
 from perfcast.predictor import make_predictor
+
+# CI machines are shared: a property holds however long an example takes, so no test fails on
+# hypothesis' per-example deadline or its "too slow" check when the machine is busy
+settings.register_profile(
+    "shared-machine", deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.load_profile("shared-machine")
 
 requires_data = pytest.mark.skipif(
     not shared_data_available(),
