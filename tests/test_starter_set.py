@@ -132,6 +132,9 @@ def _air_gapped(tmp_path: Path) -> tuple[dict[str, str], Path]:
     empty.mkdir()
     env = {**os.environ, "PERFCAST_HOME": str(tmp_path / "home"), fetch_module.OFFLINE_ENV: "1"}
     env.pop("PERFCAST_DATA_DIR", None)
+    # mlflow exports the URI this test process was set to: inherited, the server would serve
+    # the champions earlier tests trained, and train nothing
+    env.pop("MLFLOW_TRACKING_URI", None)
     return env, empty
 
 
