@@ -51,8 +51,14 @@ def test_a_pollux_named_job_on_eight_gpus_of_one_node_ends_within_a_second(tmp_p
     spec = ClusterSpec.parse("1x8:v100")
     workload = prepare_workload(str(trace), spec)
     goodput.application("resnet18-cifar10").model  # noqa: B018 - the one-off fit, not timed
+    steps = [0]
+
+    def bounded(done: int, total: int) -> None:  # a spinning engine fails here, not hangs
+        steps[0] += 1
+        assert steps[0] < 10_000, f"{steps[0]} steps for one job"
+
     started = time.process_time()
-    result = simulate(workload, spec, make_policy("fifo"))
+    result = simulate(workload, spec, make_policy("fifo"), on_progress=bounded)
     assert time.process_time() - started < 1.0
     state = result.jobs["A"]
     assert math.isfinite(result.makespan_s) and result.makespan_s > 0
