@@ -154,3 +154,30 @@ def test_a_store_replaced_under_the_service_is_read_afresh_on_reload(champion) -
     assert r.json()["models"][0]["version"] == champion.version
     ready = http.get("/readyz").json()
     assert ready["ready"] and ready["trained_on"]["scaling"].startswith("muri-scaling")
+
+
+def test_a_default_training_that_dies_says_why_for_its_task_and_the_others_go_on(
+    champion,
+) -> None:
+    from perfcast.serving.cli import _train_missing
+    from perfcast.training.inprocess import InProcessBackend
+
+    # interference never loads (whatever champions earlier tests left in this home)
+    served = ServedModels(
+        ("scaling", "interference"), backend_factory=lambda tasks: InProcessBackend(("scaling",))
+    )
+    served.reload()
+    http = TestClient(create_app(Settings(tasks=("scaling", "interference")), served))
+    trained = []
+
+    def train(tasks: list[str], echo) -> None:
+        if tasks == ["interference"]:
+            raise RuntimeError("the trainer thread hit a bug")  # not a PerfcastError
+        trained.append(tasks[0])
+
+    _train_missing(served, ["interference", "scaling"], train)
+    assert trained == ["scaling"]  # the failure of the first did not stop the second
+    ready = http.get("/readyz").json()
+    assert "interference" in ready["missing"]
+    assert "training its default model failed: the trainer thread hit a bug" in ready["reason"]
+    assert "scaling" not in ready["reason"]  # each task says its own state
