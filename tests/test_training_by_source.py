@@ -15,12 +15,21 @@ from perfcast.datasets.fetch import shared_data_available
 from perfcast.serving.app import create_app
 from perfcast.serving.models import ServedModels
 from perfcast.serving.settings import Settings
-from perfcast.training import by_source, trainer
+from perfcast.training import by_source, model_store, trainer
 
 pytestmark = pytest.mark.skipif(
     not shared_data_available(), reason="the public datasets are not available"
 )
 DATA = "gavel-scaling,muri-scaling"  # two clusters: each is held out once
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _own_home(tmp_path_factory: pytest.TempPathFactory):
+    """The champions promoted here stay here: later tests find the session home's own."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PERFCAST_HOME", str(tmp_path_factory.mktemp("by-source-home")))
+        yield
+    model_store.configure()  # back to the session home's store
 
 
 @pytest.fixture(scope="module")
