@@ -80,7 +80,7 @@ def test_min_time_puts_the_measured_configuration_before_an_extrapolated_one_of_
     assert top["flags"].tolist() == ["", "new_job"]
     first, second = top["reason"]
     assert first.startswith("fastest at p90: 8×a100") and first.endswith("; step time measured")
-    assert "2000 s (p90 2200 s)" in first
+    assert "33.3 min (p90 36.7 min)" in first  # 2,000 s, p90 2,200 s, in human units
     assert second.startswith("#2: 4×a100") and second.endswith("; step time extrapolated")
     assert "(+36% p90 time vs #1)" in second
 
