@@ -84,14 +84,14 @@ class QueryPredictor(TaskPredictor):
     def _fit(self, rows: pd.DataFrame) -> Self:
         self.rates_ = PlanRates().fit(rows)
         X, log_base = self._inputs(rows)
-        y = np.log(runs(rows)["e2e_latency_ms"].reindex(X.index).to_numpy(dtype=float))
+        info = runs(rows).reindex(X.index)
+        y = np.log(info["e2e_latency_ms"].to_numpy(dtype=float))
         if self.model in GRAPH_FAMILIES:
             net = PlanGraphRegressor(self.model, self.epochs, self.random_state)
             self.regressor_ = ConformalQuantiles(net, random_state=self.random_state)
         else:
             self.regressor_ = make_regressor(self.model, random_state=self.random_state)
         self.regressor_.fit(X, y - log_base)
-        info = runs(rows).reindex(X.index)
         self.queries_ = frozenset(info["query"].astype(str))
         self.largest_scale_ = info.groupby("engine")["scale_factor"].max().astype(float).to_dict()
         self.operators_ = frozenset(op_kind(rows["op"]))

@@ -85,14 +85,16 @@ class ConnectionLimits:
 
     def active(self, connection: Any, client: str) -> None:
         """`connection` received data: it is now the most recently active."""
-        if self._all.pop(connection, False) is None:
+        if connection in self._all:  # re-inserted: dicts keep insertion order
+            del self._all[connection]
             self._all[connection] = None
             mine = self._by_client[client]
             del mine[connection]
             mine[connection] = None
 
     def closed(self, connection: Any, client: str) -> None:
-        if self._all.pop(connection, False) is None:
+        if connection in self._all:
+            del self._all[connection]
             mine = self._by_client[client]
             del mine[connection]
             if not mine:
