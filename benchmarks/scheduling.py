@@ -150,7 +150,7 @@ def policy_table(quick: bool) -> tuple[pd.DataFrame, list[str]]:
 
 
 def packing_table(quick: bool) -> tuple[pd.DataFrame, str]:
-    """Gandiva with packing (memory figures from scheduler/sim/memory.py) against Gandiva that
+    """Gandiva with packing (memory figures from scheduler/facts/memory.py) against Gandiva that
     only time-slices, oracle pair speeds, every trace and load of the policy table."""
     rows = []
     for trace, cluster, max_jobs in TRACES[:1] if quick else TRACES:
@@ -468,7 +468,7 @@ Runs without in-process predictions:
 ### Gandiva: packing against time-slicing only (oracle pair speeds)
 
 Memory figures: none of the shipped GPU tables records memory for these job types, so every
-figure is the model-size ESTIMATE of scheduler/sim/memory.py (16 bytes per parameter + 400 MB
+figure is the model-size ESTIMATE of scheduler/facts/memory.py (16 bytes per parameter + 400 MB
 of context persistent, per-sample activations x local batch ephemeral), checked with Salus's
 condition on the GPU's memory. A pair packs when its measured speeds sum above 1 (Gavel's
 co-location table); the engine then runs each at its measured co-located speed. `packed

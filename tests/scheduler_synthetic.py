@@ -8,9 +8,9 @@ import pandas as pd
 
 from perfcast.scheduler.core import ClusterSpec, ClusterState
 from perfcast.scheduler.core.predictions import JobPredictor
-from perfcast.scheduler.oracle import OracleBackend
+from perfcast.scheduler.facts.catalog import InterferenceCatalog, ScalingCatalog
+from perfcast.scheduler.facts.oracle import OracleBackend
 from perfcast.scheduler.policies import make_policy
-from perfcast.scheduler.sim.catalog import InterferenceCatalog, ScalingCatalog
 from perfcast.scheduler.sim.costs import Costs
 from perfcast.scheduler.sim.engine import SimResult, simulate
 from perfcast.scheduler.sim.workload import Workload, build_workload

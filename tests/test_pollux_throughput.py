@@ -1,5 +1,5 @@
 """Pollux's throughput model as the `pollux` policy fits it from what jobs report
-(scheduler/policies/pollux_throughput.py): the fit recovers a model from its own times, the
+(scheduler/facts/throughput.py): the fit recovers a model from its own times, the
 model's step time never falls as a step does more, and a job the policy has never seen run
 gets one GPU, then at most twice the GPUs it has run on."""
 
@@ -15,12 +15,12 @@ from perfcast.scheduler.core import ClusterSpec, ClusterState
 from perfcast.scheduler.core.decisions import Run
 from perfcast.scheduler.core.jobs import JobTable
 from perfcast.scheduler.core.loop import RoundContext, apply_decision
-from perfcast.scheduler.policies import PolicyOptionError, make_policy
-from perfcast.scheduler.policies.pollux_throughput import (
+from perfcast.scheduler.facts.throughput import (
     JobProfile,
     ThroughputParams,
     fit_throughput,
 )
+from perfcast.scheduler.policies import PolicyOptionError, make_policy
 
 TRUE = ThroughputParams(
     alpha_c=0.05, beta_c=0.002, alpha_n=0.2, beta_n=0.02, alpha_r=0.03, beta_r=0.004, gamma=1.5

@@ -15,10 +15,10 @@ from hypothesis import strategies as st
 
 from perfcast.scheduler.core import ClusterSpec, ClusterState, JobStatus
 from perfcast.scheduler.core.predictions import JobPredictor
-from perfcast.scheduler.oracle import OracleBackend
+from perfcast.scheduler.facts.catalog import InterferenceCatalog, ScalingCatalog
+from perfcast.scheduler.facts.oracle import OracleBackend
 from perfcast.scheduler.policies import make_policy, policy_names
 from perfcast.scheduler.sim import goodput
-from perfcast.scheduler.sim.catalog import InterferenceCatalog, ScalingCatalog
 from perfcast.scheduler.sim.costs import Costs
 from perfcast.scheduler.sim.engine import simulate
 from perfcast.scheduler.sim.workload import build_workload, load_catalogs

@@ -14,15 +14,15 @@ from perfcast.scheduler.core import ClusterSpec, ClusterState, Job, Run
 from perfcast.scheduler.core.jobs import JobTable
 from perfcast.scheduler.core.loop import RoundContext, apply_decision
 from perfcast.scheduler.core.predictions import JobPredictor
-from perfcast.scheduler.policies import make_policy
-from perfcast.scheduler.sim.catalog import InterferenceCatalog
-from perfcast.scheduler.sim.memory import (
+from perfcast.scheduler.facts.catalog import InterferenceCatalog
+from perfcast.scheduler.facts.memory import (
     CONTEXT_MB,
     ESTIMATES,
     JobMemory,
     estimated_memory,
     memory_model,
 )
+from perfcast.scheduler.policies import make_policy
 from perfcast.scheduler.sim.run import prepare_workload, run_simulation
 
 

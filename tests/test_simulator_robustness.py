@@ -15,10 +15,10 @@ from scheduler_synthetic import SYNTHETIC_PAIRS, synthetic_workload
 from perfcast.errors import PerfcastError
 from perfcast.scheduler.core import ClusterSpec, ClusterState
 from perfcast.scheduler.core.jobs import Job
-from perfcast.scheduler.oracle import OracleBackend
+from perfcast.scheduler.facts.catalog import InterferenceCatalog, ScalingCatalog
+from perfcast.scheduler.facts.oracle import OracleBackend
 from perfcast.scheduler.policies import make_policy
 from perfcast.scheduler.sim import goodput
-from perfcast.scheduler.sim.catalog import InterferenceCatalog, ScalingCatalog
 from perfcast.scheduler.sim.engine import RateError, simulate
 from perfcast.scheduler.sim.run import prepare_workload
 from perfcast.scheduler.sim.workload import Workload, build_workload

@@ -17,8 +17,8 @@ from ray.tune.experiment import Trial
 from ray.tune.schedulers import TrialScheduler
 
 from perfcast.errors import PerfcastError
+from perfcast.scheduler.policies.rungs import Rungs
 from perfcast.scheduler.tune import HyperSched
-from perfcast.scheduler.tune.rungs import Rungs
 from perfcast.scheduler.tune.scaling import ScalingAdvisor, progress_by_deadline
 
 CONTINUE, PAUSE, STOP = TrialScheduler.CONTINUE, TrialScheduler.PAUSE, TrialScheduler.STOP

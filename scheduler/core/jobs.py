@@ -52,12 +52,19 @@ class Job:
     min_gpus: int = 1
     max_gpus: int | None = None
     # hyper-parameter trials: the trial's final validation metric and how fast its learning
-    # curve rises (metric at progress p = score * (1 - exp(-curve * p)) / (1 - exp(-curve)))
+    # curve rises (`metric_at`)
     score: float | None = None
     curve: float = 5.0
     # work counted in samples at the initial batch size, advanced at the statistical efficiency
     # of the batch run (Pollux's goodput; scheduler/sim/goodput.py), not in samples processed
     statistical: bool = False
+
+    def metric_at(self, progress: float) -> float:
+        """The trial's validation metric at `progress` (0..1) of its work: 0 without a score."""
+        if self.score is None:
+            return 0.0
+        k = self.curve
+        return self.score * (1 - math.exp(-k * min(progress, 1.0))) / (1 - math.exp(-k))
 
 
 @dataclass(slots=True)

@@ -9,7 +9,7 @@
   known, the total counts as persistent, which is stricter); time-sliced at mini-batch
   boundaries otherwise (each gets half, less Gandiva's 2% overhead). In the simulator the
   memory figures are measured where the data has them, else model-size estimates
-  (scheduler/sim/memory.py). `pack=false` never packs (Gandiva without packing, to measure
+  (scheduler/facts/memory.py). `pack=false` never packs (Gandiva without packing, to measure
   what packing gains); `stats` counts the packed and time-sliced starts.
 - Migration: a time-sliced or packed job moves to GPUs of its own as soon as some free up, and
   a job that would be spread over nodes is made room for on one node by migrating small jobs
@@ -33,8 +33,8 @@ from perfcast.scheduler.core.loop import (
     Schedule,
     SchedulingPolicy,
 )
+from perfcast.scheduler.facts.memory import JobMemory, memory_model
 from perfcast.scheduler.policies import register
-from perfcast.scheduler.sim.memory import JobMemory, memory_model
 
 HostClass = tuple[str, str, int]  # (gpu type, job type, local batch)
 # (job type, local batch) -> its memory, a total in MB (counted as persistent), or None
@@ -119,7 +119,7 @@ class GandivaPolicy(SchedulingPolicy):
 
     def configure(self, workload: Any) -> None:
         """Packing needs each job type's memory: unless given one, the workload's measured
-        figures, else model-size estimates (scheduler/sim/memory.py)."""
+        figures, else model-size estimates (scheduler/facts/memory.py)."""
         if self.memory_mb is None:
             self.memory_mb = memory_model(workload.interference)
 

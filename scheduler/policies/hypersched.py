@@ -17,7 +17,6 @@ Jobs without a group are scheduled first come first served.
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -25,22 +24,13 @@ from perfcast.errors import PerfcastError
 from perfcast.scheduler.core.jobs import JobState, JobStatus
 from perfcast.scheduler.core.loop import Allocation, RoundContext, Schedule, SchedulingPolicy
 from perfcast.scheduler.policies import register
-
-
-def metric_at(state: JobState, progress: float) -> float:
-    """A trial's validation metric at `progress` (0..1) of its budget."""
-    job = state.job
-    if job.score is None:
-        return 0.0
-    k = job.curve
-    return job.score * (1 - math.exp(-k * min(progress, 1.0))) / (1 - math.exp(-k))
+from perfcast.scheduler.policies.rungs import Rungs
 
 
 @dataclass
 class _Search:
-    rungs: dict[int, dict[str, float]] = field(default_factory=lambda: defaultdict(dict))
+    rungs: Rungs  # milestones are fractions of a trial's GPU budget
     furthest: float = 0.0  # largest rung resource reached (GPU-s)
-    best: float = 0.0  # best metric recorded
     over: bool = False
     members: set[str] = field(default_factory=set)
 
@@ -52,41 +42,26 @@ class HyperSchedPolicy(SchedulingPolicy):
 
     def __init__(self, eta: int = 3, min_resource_frac: float = 1 / 27) -> None:
         self.eta, self.min_frac = eta, min_resource_frac
-        self.searches: dict[str, _Search] = defaultdict(_Search)
+        Rungs(min_resource_frac, 1.0, eta)  # checks the options now, not at the first trial
+        self.searches: dict[str, _Search] = defaultdict(
+            lambda: _Search(Rungs(self.min_frac, 1 - 1e-9, self.eta))
+        )
         self._paused: set[str] = set()  # waiting at a rung, not promotable now
         self._to_stop: list[str] = []
 
     def budget(self, state: JobState) -> float:
         return state.job.num_gpus * state.job.duration_s
 
-    def rung_resources(self, state: JobState) -> list[float]:
-        budget, r, out = self.budget(state), self.budget(state) * self.min_frac, []
-        while r < budget * (1 - 1e-9):
-            out.append(r)
-            r *= self.eta
-        return out
-
     def _record_rungs(self, state: JobState, now: float) -> None:
-        search = self.searches[state.job.group or ""]
-        attained = state.attained_at(now)
-        for k, r in enumerate(self.rung_resources(state)):
-            if attained + 1e-6 >= r and state.job_id not in search.rungs[k]:
-                value = metric_at(state, r / self.budget(state))
-                search.rungs[k][state.job_id] = value
-                search.furthest = max(search.furthest, r)
-                search.best = max(search.best, value)
-                if not self._promotable(state, k):
-                    self._paused.add(state.job_id)
+        search, budget = self.searches[state.job.group or ""], self.budget(state)
+        progress = (state.attained_at(now) + 1e-6) / budget
+        for k in search.rungs.record(state.job_id, progress, state.job.metric_at):
+            search.furthest = max(search.furthest, search.rungs.milestones[k] * budget)
+            if not search.rungs.promotable(state.job_id, k):
+                self._paused.add(state.job_id)
 
-    def _promotable(self, state: JobState, k: int) -> bool:
-        results = self.searches[state.job.group or ""].rungs[k]
-        top = len(results) // self.eta
-        ranked = sorted(results, key=lambda j: -results[j])[:top]
-        return state.job_id in ranked
-
-    def _current_rung(self, state: JobState) -> int:
-        search = self.searches[state.job.group or ""]
-        return max((k for k, r in search.rungs.items() if state.job_id in r), default=-1)
+    def _rungs(self, state: JobState) -> Rungs:
+        return self.searches[state.job.group or ""].rungs
 
     def schedule(self, ctx: RoundContext) -> Schedule:
         now, jobs = ctx.now, ctx.jobs
@@ -95,7 +70,7 @@ class HyperSchedPolicy(SchedulingPolicy):
                 self._record_rungs(state, now)
         for job_id in list(self._paused):  # promotions as more results arrive
             state = jobs.all[job_id]
-            if state.status is JobStatus.DONE or self._promotable(state, self._current_rung(state)):
+            if state.status is JobStatus.DONE or self._rungs(state).promotable(job_id):
                 self._paused.discard(job_id)
         plan: list[Allocation] = []
         capacity = ctx.cluster.total_gpus
@@ -152,10 +127,7 @@ class HyperSchedPolicy(SchedulingPolicy):
             if not paused or len(paused) < len(states):
                 continue
             rungs = self.searches[group].rungs
-            best = max(
-                paused,
-                key=lambda s: (self._current_rung(s), rungs[self._current_rung(s)][s.job_id]),
-            )
+            best = max(paused, key=lambda s: (rungs.rung_of(s.job_id), rungs.score_of(s.job_id)))
             free = ctx.cluster.total_gpus - sum(a.num_gpus for a in plan) - taken
             if best.job.num_gpus <= free:
                 self._paused.discard(best.job_id)
@@ -181,8 +153,8 @@ class HyperSchedPolicy(SchedulingPolicy):
             state = ctx.jobs[a.job_id]
             if state.job.group is None or not state.num_gpus:
                 return -1.0
-            k = self._current_rung(state)
-            return self.searches[state.job.group].rungs[k].get(a.job_id, 0.0) if k >= 0 else 0.0
+            rungs = self._rungs(state)
+            return rungs.score_of(a.job_id) if rungs.rung_of(a.job_id) >= 0 else 0.0
 
         for i in sorted(range(len(plan)), key=lambda i: -promise(plan[i])):
             a, state = plan[i], ctx.jobs[plan[i].job_id]
@@ -203,7 +175,7 @@ class HyperSchedPolicy(SchedulingPolicy):
             if state.job.group is None or not state.num_gpus:
                 continue
             attained = state.attained_at(ctx.now)
-            for r in self.rung_resources(state):
+            for r in (m * self.budget(state) for m in self._rungs(state).milestones):
                 if r > attained + 1e-6:
                     when = ctx.now + (r - attained) / state.num_gpus + 1e-6
                     best = when if best is None else min(best, when)

@@ -7,7 +7,7 @@ and batch size are chosen for goodput, throughput x statistical efficiency.
   batch), of samples/s at that batch times the statistical efficiency the job's gradient noise
   of its current epoch gives it. `model=fitted` (the default, as Pollux): step times come from
   a throughput model fitted to the step times each job reported in the configurations it ran
-  (`pollux_throughput`; `profile=type` pools the reports of every job of a type instead, knowledge
+  (`facts/throughput.py`; `profile=type` pools the reports of every job of a type instead, knowledge
   Pollux does not have; in a GPU count already run, the model scaled to what was reported
   there; a job never run gets one GPU, and at most twice the GPUs it has run on), and
   efficiency from the gradient noise it reported at its current batch, extrapolated to other
@@ -47,8 +47,8 @@ from perfcast.scheduler.core.loop import (
     RoundContext,
     SchedulingPolicy,
 )
+from perfcast.scheduler.facts.throughput import JobProfile
 from perfcast.scheduler.policies import PolicyOptionError, register
-from perfcast.scheduler.policies.pollux_throughput import JobProfile
 
 GPUS_PER_NODE = 4  # the artifact's T4 nodes; goodput is estimated for packed placements
 FIXED = {"ncf-movielens": 32768}  # the artifact pins NCF's batch and gives it one GPU

@@ -14,7 +14,7 @@ its public traces (`pollux/traces/<app>/`; see ../shared/datasets/README.md).
   the placement means and `scalability.csv` (the artifact's `get_throughput`). A placement
   outside everything measured (more GPUs on a node than the T4 nodes' 4, more replicas than
   the nodes measured held) is answered from the nearest measured (nodes, GPUs), scaled by
-  Pollux's own throughput model (`pollux_throughput`: compute, ring all-reduce growing with
+  Pollux's own throughput model (`facts/throughput.py`: compute, ring all-reduce growing with
   the replicas) fitted to the application's measurements: more GPUs never come for free, and
   a step time is never NaN.
 - A global batch is split as the artifact's `Job.update_local_bsz` does: local batches above
@@ -34,7 +34,7 @@ from scipy.interpolate import LinearNDInterpolator
 
 from perfcast.datasets.fetch import entries, fetch
 from perfcast.errors import PerfcastError
-from perfcast.scheduler.policies.pollux_throughput import ThroughputParams, fit_throughput
+from perfcast.scheduler.facts.throughput import ThroughputParams, fit_throughput
 
 # Pollux application of each perfcast job type (datasets/sources/pollux.py names them), its
 # epochs (the artifact's APPLICATIONS) and local batch cap where the artifact sets one.

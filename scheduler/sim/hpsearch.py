@@ -12,7 +12,7 @@ import numpy as np
 
 from perfcast.scheduler.core.cluster import ClusterState
 from perfcast.scheduler.core.jobs import Job
-from perfcast.scheduler.sim.catalog import InterferenceCatalog, ScalingCatalog
+from perfcast.scheduler.facts.catalog import InterferenceCatalog, ScalingCatalog
 from perfcast.scheduler.sim.workload import Workload
 
 NAME = "synthetic-hpsearch"

@@ -13,7 +13,6 @@ import numpy as np
 import pandas as pd
 
 from perfcast.scheduler.core.jobs import JobStatus
-from perfcast.scheduler.policies.hypersched import metric_at
 from perfcast.scheduler.sim.engine import SimResult
 
 
@@ -37,7 +36,7 @@ def job_table(result: SimResult) -> pd.DataFrame:
             s.samples_done >= s.job.total_samples * (1 - 1e-9),
             s.samples_done / s.job.total_samples,
             s.job.group,
-            metric_at(s, s.samples_done / s.job.total_samples) if s.job.score else None,
+            s.job.metric_at(s.samples_done / s.job.total_samples) if s.job.score else None,
         )
         for s in result.jobs.all.values()
         if s.status is JobStatus.DONE
@@ -61,8 +60,8 @@ def job_table(result: SimResult) -> pd.DataFrame:
     share = ((df["deadline_s"] - df["start_s"]) / (df["finish_s"] - df["start_s"])).clip(0, 1)
     df["metric_at_deadline"] = df["metric"]
     for i in df.index[late]:
-        df.loc[i, "metric_at_deadline"] = metric_at(
-            result.jobs[df.loc[i, "job_id"]], share[i] * df.loc[i, "progress"]
+        df.loc[i, "metric_at_deadline"] = result.jobs[df.loc[i, "job_id"]].job.metric_at(
+            share[i] * df.loc[i, "progress"]
         )
     return df
 

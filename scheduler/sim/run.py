@@ -18,7 +18,7 @@ from perfcast.datasets.io import write_table
 from perfcast.predictor.backend import PredictionBackend
 from perfcast.scheduler.core.cluster import ClusterSpec, ClusterState
 from perfcast.scheduler.core.predictions import JobPredictor
-from perfcast.scheduler.oracle import OracleBackend
+from perfcast.scheduler.facts.oracle import OracleBackend
 from perfcast.scheduler.policies import make_policy
 from perfcast.scheduler.sim import hpsearch
 from perfcast.scheduler.sim.costs import DEFAULT_MIN_RUN_S, Costs

@@ -40,8 +40,8 @@ from perfcast.datasets.registry import load, registry
 from perfcast.errors import PerfcastError
 from perfcast.scheduler.core.cluster import ClusterState
 from perfcast.scheduler.core.jobs import Job
+from perfcast.scheduler.facts.catalog import InterferenceCatalog, ScalingCatalog
 from perfcast.scheduler.sim import goodput
-from perfcast.scheduler.sim.catalog import InterferenceCatalog, ScalingCatalog
 
 SCALING_DATASETS = ("muri-scaling", "pollux-scaling", "gavel-scaling", "chronus-scaling")
 INTERFERENCE_DATASETS = ("gavel-interference",)

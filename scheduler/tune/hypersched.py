@@ -45,7 +45,7 @@ from ray.tune.schedulers import TrialScheduler
 
 from perfcast.errors import PerfcastError
 from perfcast.predictor.backend import PredictionBackend
-from perfcast.scheduler.tune.rungs import Rungs
+from perfcast.scheduler.policies.rungs import Rungs
 from perfcast.scheduler.tune.scaling import ScalingAdvisor
 
 logger = logging.getLogger(__name__)

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from perfcast.scheduler.sim.catalog import InterferenceCatalog
+from perfcast.scheduler.facts.catalog import InterferenceCatalog
 
 BYTES_PER_PARAM = 16
 CONTEXT_MB = 400.0

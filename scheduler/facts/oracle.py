@@ -9,7 +9,7 @@ import pandas as pd
 from perfcast.errors import PerfcastError
 from perfcast.predictor.backend import Task
 from perfcast.scheduler.core.jobs import Job
-from perfcast.scheduler.sim.catalog import InterferenceCatalog, ScalingCatalog
+from perfcast.scheduler.facts.catalog import InterferenceCatalog, ScalingCatalog
 
 
 class OracleBackend:
