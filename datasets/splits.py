@@ -1,7 +1,8 @@
 """Honest train/test splits: by row (random), by unseen job, by unseen GPU type, by unseen
-placement, and for query plans by unseen query or by the largest input scale. Each split
-returns (train index, test index) pairs over a table's rows; for the graph and plan tables,
-rows of one sample always fall on the same side."""
+placement, by unseen workloads (interference: both jobs of a test pair, or either), and for
+query plans by unseen query or by the largest input scale. Each split returns (train index,
+test index) pairs over a table's rows; for the graph and plan tables, rows of one sample always
+fall on the same side."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from sklearn.model_selection import GroupKFold, KFold
 
 from perfcast.errors import PerfcastError
 
-SPLITS = ("random", "job", "gpu_type", "placement", "query", "scale")
+SPLITS = ("random", "job", "gpu_type", "placement", "query", "scale", "workload")
 
 
 def group_column(kind: str, split: str) -> str | None:
@@ -25,6 +26,7 @@ def group_column(kind: str, split: str) -> str | None:
         ("scaling", "gpu_type"): "gpu_type",
         ("scaling", "placement"): "_placement",
         ("interference", "job"): "_pair_jobs",  # both jobs of a test pair unseen
+        ("interference", "workload"): "_any_job",  # a job of each test pair unseen
         ("interference", "gpu_type"): "gpu_type",
         ("graph", "job"): "model",
         ("graph", "gpu_type"): "device",
@@ -59,6 +61,22 @@ def _unseen_pair_folds(
             yield np.flatnonzero((~a_in & ~b_in).to_numpy()), test
 
 
+def _workload_folds(
+    table: pd.DataFrame, n_folds: int, seed: int
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Folds over workloads: test pairs have a job (either, or both) in the fold's held-out
+    workloads, training pairs have neither. With `n_folds` the number of workloads, this is
+    leave one workload out (a pair of two workloads is then tested twice, once for each)."""
+    a_job, b_job = table["a_job"].astype(str), table["b_job"].astype(str)
+    jobs = np.array(sorted(set(a_job) | set(b_job)))
+    if len(jobs) < 2:
+        raise PerfcastError("a workload split needs at least two distinct workloads")
+    for _, held in KFold(min(n_folds, len(jobs)), shuffle=True, random_state=seed).split(jobs):
+        test = (a_job.isin(jobs[held]) | b_job.isin(jobs[held])).to_numpy()
+        if test.any() and not test.all():
+            yield np.flatnonzero(~test), np.flatnonzero(test)
+
+
 def _largest_scale_fold(table: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """One fold: each engine's largest input scale is predicted from its smaller ones (an
     extrapolation in data size)."""
@@ -83,6 +101,9 @@ def folds(
         return
     if column == "_pair_jobs":
         yield from _unseen_pair_folds(table, n_folds, seed)
+        return
+    if column == "_any_job":
+        yield from _workload_folds(table, n_folds, seed)
         return
     if column == "_largest_scale":
         yield _largest_scale_fold(table)

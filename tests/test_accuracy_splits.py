@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 
 from benchmarks.accuracy import _losses, leave_one_device_out_folds
+from perfcast.datasets.splits import folds
 
 
 def test_leave_one_device_out_tests_each_device_once_and_never_trains_on_it() -> None:
@@ -33,3 +34,20 @@ def test_a_model_that_answers_as_a_baseline_is_reported_as_a_tie_not_a_win() -> 
     assert "nowhere" not in report
     better = table[table["model"] != "fcn"].assign(mae=[0.1, 0.2, 0.3])
     assert "nowhere" in _losses(better, "mae", "MAE")
+
+
+def test_leave_one_workload_out_tests_every_pair_of_a_workload_and_trains_on_none() -> None:
+    jobs = [("a", "b"), ("a", "a"), ("b", "c"), ("c", "d"), ("d", "d"), ("b", "d")]
+    pairs = pd.DataFrame(jobs, columns=["a_job", "b_job"])
+    names = sorted({j for pair in jobs for j in pair})
+    found = list(folds(pairs, "interference", "workload", n_folds=len(names)))
+    assert len(found) == len(names)
+    held = []
+    for train, test in found:
+        train_jobs = set(pairs.iloc[train].to_numpy().ravel())
+        (job,) = set.intersection(*(set(p) for p in pairs.iloc[test].to_numpy()))
+        assert job not in train_jobs  # the held-out workload is in no training pair
+        with_job = {i for i, pair in enumerate(jobs) if job in pair}
+        assert set(test) == with_job and not set(train) & with_job
+        held.append(job)
+    assert sorted(held) == names  # every workload held out once
