@@ -25,6 +25,7 @@ import pandera.pandas as pa
 from pandera.backends.pandas import builtin_checks  # noqa: F401 (registers Check.gt etc.)
 from pandera.engines import pandas_engine as pa_engine
 
+from perfcast.datasets.placements import digit_totals
 from perfcast.errors import ContractError
 
 Kind = Literal["scaling", "interference", "trace", "graph", "plan"]
@@ -635,7 +636,7 @@ def few_row_columns(
             )
             if p is not None
         ]
-        total, used = _digit_totals([p for p, _, _ in placed])
+        total, used = digit_totals([p for p, _, _ in placed])
         if any(t != g or u != n for (_, g, n), t, u in zip(placed, total, used, strict=True)):
             return None
     return columns
@@ -723,7 +724,7 @@ def _check_placement(
         gpus = df["num_gpus"].to_numpy()[present]
         nodes = df["num_nodes"].to_numpy()[present]
     texts = unique.tolist()
-    total, used = _digit_totals(texts if _all_text(unique) else [str(t) for t in texts])
+    total, used = digit_totals(texts if _all_text(unique) else [str(t) for t in texts])
     bad = (total[codes] != gpus) | (used[codes] != nodes)
     if bad.any():
         i = int(np.flatnonzero(present)[np.argmax(bad)])
@@ -734,26 +735,6 @@ def _check_placement(
             row=i + 1,
             column="placement",
         )
-
-
-def _digit_totals(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """For each text: the sum of its digits 1-9 (what `sum(d * text.count(str(d)))` counts)
-    and its characters other than "0", over all texts' code points at once (a candidate table
-    has 10^4 distinct placements)."""
-    lengths = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
-    joined = "".join(texts)
-    if joined.isascii():  # one byte per character
-        points = np.frombuffer(joined.encode("ascii"), dtype=np.uint8).astype(np.int64)
-    else:
-        points = np.frombuffer(joined.encode("utf-32-le"), dtype=np.uint32).astype(np.int64)
-    ends = np.cumsum(lengths)
-
-    def per_text(values: np.ndarray) -> np.ndarray:
-        running = np.concatenate([[0], np.cumsum(values)])
-        return running[ends] - running[ends - lengths]
-
-    digits = np.where((points >= ord("1")) & (points <= ord("9")), points - ord("0"), 0)
-    return per_text(digits), per_text((points != ord("0")).astype(np.int64))
 
 
 def _check_constant_within_sample(

@@ -36,8 +36,8 @@ from perfcast.datasets.contract import (
     validate_prediction_rows,
     validates_as_is,
 )
+from perfcast.datasets.placements import even_placement
 from perfcast.errors import ContractError, PerfcastError
-from perfcast.optimizer.spread import even_placement
 from perfcast.predictor.backend import TASK_TABLES, PredictionBackend, Task
 from perfcast.units import duration
 

@@ -25,8 +25,8 @@ import numpy as np
 import pandas as pd
 from numpy.lib.stride_tricks import sliding_window_view
 
+from perfcast.datasets.placements import even_placement, fewest_nodes
 from perfcast.errors import PerfcastError
-from perfcast.optimizer.spread import even_placement, fewest_nodes
 from perfcast.predictor.backend import PredictionBackend
 
 Allocation = dict[str, tuple[int, int]]

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pandas as pd
 
+from perfcast.datasets.placements import even_placement
 from perfcast.errors import PerfcastError
-from perfcast.optimizer.spread import even_placement
 from perfcast.predictor.backend import PredictionBackend
 
 

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from perfcast import datasets
-from perfcast.datasets import contract
+from perfcast.datasets import contract, placements
 from perfcast.datasets.contract import SCHEMAS, _normalize_booleans, _passing_table, validate
 from perfcast.errors import ContractError
 from perfcast.predictor.regressors import SAME_LEAVES_ROWS, QuantileGBM, lgbm_matrix
@@ -272,7 +272,7 @@ def test_rows_of_one_cell_of_the_splits_are_predicted_once_for_the_same_numbers(
 def test_placement_digits_are_totalled_as_text_counts_them(texts: list[str]) -> None:
     """The placement check's vectorized totals (all placements' code points at once) are the
     per-text counts it replaced."""
-    total, used = contract._digit_totals(texts)
+    total, used = placements.digit_totals(texts)
     assert total.tolist() == [sum(d * t.count(str(d)) for d in range(1, 10)) for t in texts]
     assert used.tolist() == [len(t) - t.count("0") for t in texts]
 

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from perfcast.datasets.placements import even_placement
 from perfcast.optimizer import configs, elastic
-from perfcast.optimizer.spread import even_placement
 
 
 @settings(max_examples=60, deadline=None)

@@ -33,6 +33,7 @@ import pandas as pd
 from scipy.interpolate import LinearNDInterpolator
 
 from perfcast.datasets.fetch import entries, fetch
+from perfcast.datasets.placements import node_gpus, read_placements
 from perfcast.errors import PerfcastError
 from perfcast.scheduler.facts.throughput import ThroughputParams, fit_throughput
 
@@ -82,9 +83,7 @@ class Application:
         # epoch e (from 0) starts at starts[e]; the job is done at starts[max_epochs]
         self.starts = np.concatenate([[0.0], progress.min(axis=0)])[: max_epochs + 1]
         self.init_batch = int(self.batches[0])
-        placements = pd.read_csv(fetch(f"{base}/placements.csv"), dtype={"placement": str})
-        placements["num_nodes"] = placements["placement"].str.len()
-        placements["num_replicas"] = placements["placement"].map(lambda p: sum(map(int, p)))
+        placements = read_placements(f"{base}/placements.csv")
         self.placements = {
             p: part.sort_values("local_bsz") for p, part in placements.groupby("placement")
         }
@@ -97,7 +96,7 @@ class Application:
         self._points = points
         self._spread = LinearNDInterpolator(points[xs].to_numpy(float), points[ys].to_numpy(float))
         self.max_nodes = int(points["num_nodes"].max())
-        self.max_per_node = max(int(d) for p in self.placements for d in p)
+        self.max_per_node = max(max(node_gpus(p)) for p in self.placements)
 
     @property
     def total_work(self) -> float:
