@@ -11,9 +11,10 @@ p10/p90 is conformalized (`ConformalQuantiles`: out-of-fold errors widen the qua
 A run the training did not cover is flagged (`new_query`, `new_scale`: beyond its engine's
 largest trained scale, `new_operator`: an operator kind never trained on) and its interval is
 conformalized on what it is: the margin that makes the raw quantiles cover the training runs'
-errors when their whole query was held out (GroupKFold over queries), or their engine's
-largest scale (trained on the smaller ones). Random-fold errors understate both: on queries
-never seen, coverage was 24-60% where 80% was meant.
+errors when their whole query was held out, or their engine's largest scale (trained on the
+smaller ones): the folds of `datasets.splits` the benchmarks measure on, over the runs.
+Random-fold errors understate both: on queries never seen, coverage was 24-60% where 80% was
+meant.
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ from typing import Self
 import numpy as np
 import pandas as pd
 from sklearn.base import BaseEstimator, clone
-from sklearn.model_selection import GroupKFold
 
+from perfcast.datasets.splits import folds
+from perfcast.errors import PerfcastError
 from perfcast.features.plans import PlanRates, op_kind, plan_graphs, plan_table, runs
 from perfcast.predictor.base import TaskPredictor, flags_column, interval_frame
 from perfcast.predictor.graph_models import GraphQuantileNet
@@ -122,16 +124,15 @@ class QueryPredictor(TaskPredictor):
                 return base
             return max(base, conformal_margin(held, self.regressor_.coverage))
 
-        queries = info["query"].astype(str).to_numpy()
-        by_query = []
-        if len(set(queries)) >= 2:
-            splitter = GroupKFold(min(UNSEEN_FOLDS, len(set(queries))))
-            by_query = list(splitter.split(np.zeros(len(queries)), groups=queries))
-        scale = info["scale_factor"].astype(float)
-        engines = info.groupby("engine")["scale_factor"]
-        largest = (scale == engines.transform("max")) & (engines.transform("nunique") >= 2)
-        by_scale = [(np.flatnonzero(~largest), np.flatnonzero(largest))] if largest.any() else []
-        margins = {"new_query": margin(by_query), "new_scale": margin(by_scale)}
+        def held_out(split: str) -> list[tuple[np.ndarray, np.ndarray]]:
+            """The benchmark's own folds over the runs (`datasets.splits`); none where the
+            runs cannot be split so (one query; no engine at two scales)."""
+            try:
+                return list(folds(info, "plan", split, UNSEEN_FOLDS, self.random_state))
+            except PerfcastError:
+                return []
+
+        margins = {"new_query": margin(held_out("query")), "new_scale": margin(held_out("scale"))}
         margins["new_operator"] = max(margins.values())
         return margins
 
