@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from perfcast.units import duration, number, pct, percent
+from perfcast.units import duration, log_ticks, number, pct, percent, ticks
 
 
 @pytest.mark.parametrize(
@@ -34,3 +34,29 @@ def test_no_e_notation_at_any_magnitude(exponent: int) -> None:
     for shown in (duration(value), pct(value), percent(value), number(value)):
         assert not re.search(r"\de[+-]?\d", shown), shown
     assert number(1204) == "1,204" and number(0.04332) == "0.043"
+
+
+@pytest.mark.parametrize(
+    "lo,hi,seconds,shown",
+    [
+        (0.0, 3.1e6, True, ["0 s", "10 d", "20 d", "30 d"]),
+        (120.0, 95000.0, True, ["6 h", "12 h", "18 h", "24 h"]),
+        (0.0, 16.0, False, ["0", "5", "10", "15"]),
+        (0.0, 1.0, False, ["0", "0.2", "0.4", "0.6", "0.8", "1"]),
+    ],
+)  # fmt: skip
+def test_chart_ticks_are_round_values_a_person_counts_in(lo, hi, seconds, shown) -> None:
+    values = ticks(lo, hi, seconds=seconds)
+    assert [duration(v) if seconds else number(v) for v in values] == shown
+
+
+def test_log_ticks_for_durations_are_marks_a_person_knows() -> None:
+    # the JCT axis, 35 s to 3.09e6 s, read "1e+063.09e+06"
+    assert [duration(v) for v in log_ticks(35.0, 3.09e6, seconds=True)] == [
+        "60 s", "10 min", "60 min", "10 h", "24 h", "10 d",
+    ]  # fmt: skip
+    # too narrow for two marks: round steps inside the range instead of its raw ends
+    assert [duration(v) for v in log_ticks(25.9 * 86400, 61 * 86400, seconds=True)] == [
+        "30 d", "40 d", "50 d", "60 d",
+    ]  # fmt: skip
+    assert log_ticks(0.5, 200.0) == [1.0, 10.0, 100.0]

@@ -14,6 +14,7 @@ import pandas as pd
 
 from perfcast.scheduler.core.jobs import JobStatus
 from perfcast.scheduler.sim.engine import SimResult
+from perfcast.units import duration, log_ticks, percent
 
 
 def job_table(result: SimResult) -> pd.DataFrame:
@@ -112,14 +113,22 @@ def plot_jct_cdf(results: dict[str, pd.DataFrame], path: Path, title: str) -> Pa
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
 
     fig, ax = plt.subplots(figsize=(6, 4))
     for label, df in results.items():
         jct = np.sort(df["jct_s"].to_numpy(float))
         ax.plot(jct, np.arange(1, len(jct) + 1) / max(len(jct), 1), label=label)
     ax.set_xscale("log")
-    ax.set_xlabel("job completion time (s)")
-    ax.set_ylabel("fraction of jobs")
+    # ticks at durations a person knows (10 min, 1 h, 1 d) read as `10 min`, never 10^3 or 1e+06
+    lo, hi = ax.get_xlim()
+    marks = log_ticks(max(lo, 1e-3), hi, seconds=True)
+    ax.xaxis.set_major_locator(FixedLocator(marks))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: duration(v)))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: percent(v)))
+    ax.set_xlabel("job completion time (log scale)")
+    ax.set_ylabel("jobs done")
     ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend()

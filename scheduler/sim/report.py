@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from html import escape
 from pathlib import Path
@@ -22,6 +22,7 @@ import pandas as pd
 
 from perfcast.atomic import atomic_write_text
 from perfcast.errors import PerfcastError
+from perfcast.units import duration, log_ticks, number, percent, ticks
 
 COLOURS = ("#1f6feb", "#d1495b", "#2a9d8f", "#e9a23b", "#6c4ab6", "#5c677d")
 GRID_POINTS = 400  # samples of a time series drawn (the step function itself is exact)
@@ -113,8 +114,19 @@ def sample_steps(times: np.ndarray, values: np.ndarray, grid: np.ndarray) -> np.
 # ---- SVG --------------------------------------------------------------------------------------
 
 
-def _fmt(v: float) -> str:
-    return f"{v:.3g}"
+CHAR_W = 6.6  # px per character of an 11 px label, generous (digits are ~6.1 in system-ui)
+
+
+def _spaced(marks: Sequence[tuple[float, str]], gap: float = 10.0) -> list[tuple[float, str]]:
+    """Marks (centre in px, text) without overlap: left to right, a label is kept only when it
+    clears the last kept one by `gap` px, so no two tick labels ever touch."""
+    kept: list[tuple[float, str]] = []
+    for at, text in sorted(marks):
+        half = CHAR_W * len(text) / 2
+        if kept and at - half < kept[-1][0] + CHAR_W * len(kept[-1][1]) / 2 + gap:
+            continue
+        kept.append((at, text))
+    return kept
 
 
 def line_chart(
@@ -125,9 +137,12 @@ def line_chart(
     log_x: bool = False,
     step: bool = False,
     ceiling: float | None = None,
+    x_seconds: bool = True,
+    y_format: Callable[[float], str] = number,
 ) -> str:
     """Curves (label, x, y) on shared axes; `step` draws each as a staircase; `ceiling` a
-    dashed line (the cluster's GPUs)."""
+    dashed line (the cluster's GPUs). Ticks are round values in human units (`x_seconds`: the
+    x axis is a duration, `10 min`, `3 h`, `2 d`), never e-notation, and never overlap."""
     xs = np.concatenate([x for _, x, _ in series]) if series else np.zeros(0)
     ys = np.concatenate([y for _, _, y in series]) if series else np.zeros(0)
     if log_x:
@@ -156,19 +171,20 @@ def line_chart(
         f'<line x1="{PAD}" y1="{H - PAD}" x2="{W - PAD}" y2="{H - PAD}" stroke="#4a5562"/>',
         f'<line x1="{PAD}" y1="{PAD}" x2="{PAD}" y2="{H - PAD}" stroke="#4a5562"/>',
     ]
+    x_text = duration if x_seconds else number
     if log_x:
-        ticks = [
-            10.0**k for k in range(math.floor(math.log10(x_lo)), math.ceil(math.log10(x_hi)) + 1)
-        ]
-        ticks = sorted({x_lo, x_hi, *(t for t in ticks if x_lo <= t <= x_hi)})
+        x_ticks = log_ticks(x_lo, x_hi, seconds=x_seconds)
     else:
-        ticks = list(np.linspace(x_lo, x_hi, 5))
-    for t in ticks:
-        out.append(f'<text x="{fx(t):.1f}" y="{H - PAD + 16}" font-size="11" '
-                   f'text-anchor="middle">{_fmt(t)}</text>')  # fmt: skip
-    for t in np.linspace(y_lo, y_hi, 5):
-        out.append(f'<text x="{PAD - 6}" y="{fy(t) + 4:.1f}" font-size="11" '
-                   f'text-anchor="end">{_fmt(t)}</text>')  # fmt: skip
+        x_ticks = ticks(x_lo, x_hi, seconds=x_seconds)
+    # x labels clear of the y labels' column left of the axis, and of each other
+    x_marks = [(fx(t), x_text(t)) for t in x_ticks]
+    x_marks = [(at, text) for at, text in x_marks if at - CHAR_W * len(text) / 2 >= PAD - 2]
+    for at, text in _spaced(x_marks):
+        out.append(f'<text class="tick x" x="{at:.1f}" y="{H - PAD + 16}" font-size="11" '
+                   f'text-anchor="middle">{escape(text)}</text>')  # fmt: skip
+    for t in ticks(y_lo, y_hi):
+        out.append(f'<text class="tick y" x="{PAD - 6}" y="{fy(t) + 4:.1f}" font-size="11" '
+                   f'text-anchor="end">{escape(y_format(t))}</text>')  # fmt: skip
     out.append(f'<text x="{W / 2}" y="{H - 14}" font-size="12" text-anchor="middle">'
                f"{escape(x_label)}</text>")  # fmt: skip
     out.append(f'<text x="14" y="{H / 2}" font-size="12" text-anchor="middle" '
@@ -188,7 +204,7 @@ def line_chart(
         out.append(f'<line class="ceiling" x1="{PAD}" y1="{fy(ceiling):.1f}" x2="{W - PAD}" '
                    f'y2="{fy(ceiling):.1f}" stroke="#5c677d" stroke-dasharray="5 4"/>'
                    f'<text x="{PAD + 4}" y="{fy(ceiling) - 4:.1f}" font-size="11" '
-                   f'fill="#5c677d">cluster: {ceiling:g} GPUs</text>')  # fmt: skip
+                   f'fill="#5c677d">cluster: {number(ceiling)} GPUs</text>')  # fmt: skip
     out.append("</svg>")
     return "".join(out)
 
@@ -214,10 +230,12 @@ def bar_chart(counts: dict[str, dict[int, int]], x_label: str, y_label: str) -> 
         f'aria-label="{escape(y_label)} by {escape(x_label)}">',
         f'<line x1="{PAD}" y1="{H - PAD}" x2="{W - PAD}" y2="{H - PAD}" stroke="#4a5562"/>',
     ]
+    centres = [(PAD + g * group_w + group_w * 0.5, number(v)) for g, v in enumerate(values)]
+    for at, text in _spaced(centres):
+        out.append(f'<text class="tick x" x="{at:.1f}" y="{H - PAD + 16}" font-size="11" '
+                   f'text-anchor="middle">{text}</text>')  # fmt: skip
     for g, value in enumerate(values):
         x0 = PAD + g * group_w + group_w * 0.1
-        out.append(f'<text x="{x0 + group_w * 0.4:.1f}" y="{H - PAD + 16}" font-size="11" '
-                   f'text-anchor="middle">{value}</text>')  # fmt: skip
         for i, (label, c) in enumerate(counts.items()):
             n = c.get(value, 0)
             h = n / top * (H - 2 * PAD)
@@ -229,7 +247,12 @@ def bar_chart(counts: dict[str, dict[int, int]], x_label: str, y_label: str) -> 
             )
     out.append(f'<text x="{W / 2}" y="{H - 14}" font-size="12" text-anchor="middle">'
                f"{escape(x_label)}</text>")  # fmt: skip
-    out.append(f'<text x="{PAD - 6}" y="{PAD}" font-size="11" text-anchor="end">{top}</text>')
+    for i, label in enumerate(counts):  # the legend, each run in its bars' colour
+        colour = COLOURS[i % len(COLOURS)]
+        out.append(f'<text x="{W - PAD - 4}" y="{PAD + 14 * i}" font-size="12" '
+                   f'fill="{colour}" text-anchor="end">{escape(label)}</text>')  # fmt: skip
+    out.append(f'<text class="tick y" x="{PAD - 6}" y="{PAD + 4}" font-size="11" '
+               f'text-anchor="end">{number(top)}</text>')  # fmt: skip
     out.append(f'<text x="14" y="{H / 2}" font-size="12" text-anchor="middle" '
                f'transform="rotate(-90 14 {H / 2})">{escape(y_label)}</text>')  # fmt: skip
     out.append("</svg>")
@@ -238,17 +261,17 @@ def bar_chart(counts: dict[str, dict[int, int]], x_label: str, y_label: str) -> 
 
 # ---- the page ---------------------------------------------------------------------------------
 
-SUMMARY_FIELDS = (
-    ("jobs", "jobs", "{:d}"),
-    ("avg_jct_s", "average JCT (s)", "{:.4g}"),
-    ("median_jct_s", "median JCT (s)", "{:.4g}"),
-    ("p99_jct_s", "p99 JCT (s)", "{:.4g}"),
-    ("makespan_s", "makespan (s)", "{:.4g}"),
-    ("avg_queue_s", "average first wait (s)", "{:.4g}"),
-    ("utilization", "GPU utilization", "{:.3f}"),
-    ("preemptions", "preemptions", "{:d}"),
-    ("migrations", "migrations", "{:d}"),
-    ("resizes", "resizes", "{:d}"),
+SUMMARY_FIELDS = (  # (metrics.json key, row name, how a person reads it)
+    ("jobs", "jobs", number),
+    ("avg_jct_s", "average JCT", duration),
+    ("median_jct_s", "median JCT", duration),
+    ("p99_jct_s", "p99 JCT", duration),
+    ("makespan_s", "makespan", duration),
+    ("avg_queue_s", "average first wait", duration),
+    ("utilization", "GPU utilization", percent),
+    ("preemptions", "preemptions", number),
+    ("migrations", "migrations", number),
+    ("resizes", "resizes", number),
 )
 
 
@@ -277,7 +300,7 @@ def render_report(runs: Sequence[RunResult], title: str, total_gpus: int | None 
         for r in runs
     }
     cap = f"; capped at the cluster's {total_gpus} GPUs" if total_gpus else ""
-    held_chart = line_chart(held, "time (s)", "GPUs held", step=measured, ceiling=total_gpus)
+    held_chart = line_chart(held, "time", "GPUs held", step=measured, ceiling=total_gpus)
     if measured:
         held_note = "GPUs holding at least one job, from the simulator's timeline."
         queue_note = "Jobs submitted and not running (never started, or preempted)."
@@ -289,12 +312,16 @@ def render_report(runs: Sequence[RunResult], title: str, total_gpus: int | None 
             "is in the table."
         )
         queue_note = "Jobs submitted and not yet started for the first time."
+    cdf_chart = line_chart(
+        cdf, "job completion time (log scale)", "jobs done", log_x=True,
+        y_format=lambda v: f"{number(100 * v)}%",
+    )  # fmt: skip
     header = "".join(f"<th>{escape(r.label)}</th>" for r in runs)
     rows = []
     for key, name, fmt in SUMMARY_FIELDS:
         cells = "".join(
-            f'<td class="num" data-key="{key}">'
-            f"{fmt.format(r.summary[key]) if key in r.summary else '–'}</td>"
+            f'<td class="num" data-key="{key}" data-value="{r.summary.get(key, "")}">'
+            f"{fmt(r.summary[key]) if key in r.summary else '–'}</td>"
             for r in runs
         )
         rows.append(f"<tr><th>{name}</th>{cells}</tr>")
@@ -305,7 +332,8 @@ def render_report(runs: Sequence[RunResult], title: str, total_gpus: int | None 
     most_rows = "".join(
         f"<tr><td>{escape(str(j.run))}</td><td>{escape(str(j.job_id))}</td>"
         f"<td>{escape(str(j.job_type))}</td><td class='num'>{int(j.num_gpus)}</td>"
-        f"<td class='num'>{int(j.preemptions)}</td><td class='num'>{j.jct_s:.4g}</td></tr>"
+        f"<td class='num'>{int(j.preemptions)}</td>"
+        f"<td class='num' data-value='{j.jct_s!r}'>{duration(j.jct_s)}</td></tr>"
         for j in most.itertuples()
     )
     return f"""<!doctype html>
@@ -321,17 +349,17 @@ svg {{ border: 1px solid #d9dee4; background: #fff; }}
 <h1>{escape(title)}</h1>
 <table id="summary"><tr><th></th>{header}</tr>{"".join(rows)}</table>
 <h2>Job completion time</h2>
-<div id="jct-cdf">{line_chart(cdf, "JCT (s, log scale)", "fraction of jobs", log_x=True)}</div>
+<div id="jct-cdf">{cdf_chart}</div>
 <h2>GPUs held over time</h2>
 <p class="note">{held_note}</p>
 <div id="gpus-held">{held_chart}</div>
 <h2>Queue length over time</h2>
 <p class="note">{queue_note}</p>
-<div id="queue">{line_chart(queue, "time (s)", "jobs waiting", step=True)}</div>
+<div id="queue">{line_chart(queue, "time", "jobs waiting", step=True)}</div>
 <h2>Preemptions per job</h2>
 <div id="preemptions">{bar_chart(preemptions, "preemptions of a job", "jobs")}</div>
 <table id="most-preempted"><tr><th>run</th><th>job</th><th>type</th><th>GPUs</th>
-<th>preemptions</th><th>JCT (s)</th></tr>{most_rows}</table>
+<th>preemptions</th><th>JCT</th></tr>{most_rows}</table>
 </body></html>
 """
 

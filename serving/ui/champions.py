@@ -86,20 +86,23 @@ class Comparison:
     why: str  # the hover text
 
 
-def compare_to_baseline(mape: float | None, baseline: float | None) -> Comparison | None:
+def compare_to_baseline(
+    mape: float | None, baseline: float | None, against: str = "the baseline"
+) -> Comparison | None:
+    """`against` names the other answer: the baseline (the training median), perfect scaling."""
     if mape is None or baseline is None or not (mape > 0 and baseline > 0):
         return None
+    theirs = f"{against}'s {pct(baseline)}"
     if mape < baseline:
-        text = f"{baseline / mape:.1f}× lower than the baseline"
+        text = f"{baseline / mape:.1f}× lower than {against}"
         if mape < 100:
-            return Comparison(text, "better", f"{pct(mape)} against the baseline's {pct(baseline)}")
+            return Comparison(text, "better", f"{pct(mape)} against {theirs}")
         return Comparison(
             text, "poor",
-            f"{pct(mape)} is lower than the baseline's {pct(baseline)} but at or over 100%: "
+            f"{pct(mape)} is lower than {theirs} but at or over 100%: "
             "predicting 0 for every row would err less",
         )  # fmt: skip
     return Comparison(
-        f"{mape / baseline:.1f}× higher than the baseline", "worse",
-        f"{pct(mape)} against the baseline's {pct(baseline)}: the training median predicts "
-        "these rows better",
+        f"{mape / baseline:.1f}× higher than {against}", "worse",
+        f"{pct(mape)} against {theirs}: {against} predicts these rows better",
     )  # fmt: skip

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from html import escape
 
-from perfcast.units import number
+from perfcast.units import duration, number, ticks
 
 Format = Callable[[float], str]  # a tick's text: perfcast.units.duration, number, ...
 
@@ -48,11 +48,28 @@ def pareto_ranks(points: Sequence[Point]) -> set[int]:
 WIDTH, HEIGHT, PAD = 640, 360, 56
 
 
-def _ticks(lo: float, hi: float, n: int = 5) -> list[float]:
-    if hi <= lo:
-        return [lo]
-    step = (hi - lo) / (n - 1)
-    return [lo + k * step for k in range(n)]
+CHAR_W = 6.6  # px per character of a tick label, generous
+
+
+def _axis_ticks(lo: float, hi: float, fmt: Format) -> list[float]:
+    """Round values in [lo, hi]: steps a person counts time in for a duration axis (15 min,
+    6 h), else 1-2-5 steps; the labels never read the same twice."""
+    values = ticks(lo, hi, seconds=fmt is duration)
+    out: list[float] = []
+    for v in values:
+        if not out or fmt(v) != fmt(out[-1]):
+            out.append(v)
+    return out
+
+
+def _spaced(marks: Sequence[tuple[float, str]], gap: float = 10.0) -> list[tuple[float, str]]:
+    """(centre px, text) left to right, each kept only when it clears the last kept one."""
+    kept: list[tuple[float, str]] = []
+    for at, text in sorted(marks):
+        if kept and at - CHAR_W * len(text) / 2 < kept[-1][0] + CHAR_W * len(kept[-1][1]) / 2 + gap:
+            continue
+        kept.append((at, text))
+    return kept
 
 
 def scatter_svg(
@@ -73,9 +90,16 @@ def scatter_svg(
     # a single value on an axis gets a little room either side instead of a zero-width range
     x_lo, x_hi = (x_lo * 0.9, x_hi * 1.1) if x_hi == x_lo else (x_lo, x_hi)
     y_lo, y_hi = (y_lo * 0.9, y_hi * 1.1) if y_hi == y_lo else (y_lo, y_hi)
+    # a margin of 6% either side: no point sits on an axis, and the ticks are inside the plot
+    x_lo, x_hi = x_lo - 0.06 * (x_hi - x_lo), x_hi + 0.06 * (x_hi - x_lo)
+    y_lo, y_hi = y_lo - 0.06 * (y_hi - y_lo), y_hi + 0.06 * (y_hi - y_lo)
+
+    y_ticks = _axis_ticks(y_lo, y_hi, y_format)
+    # room left of the axis for the longest y label and, beyond it, the rotated axis title
+    left = max(PAD, round(6 + CHAR_W * max(len(y_format(t)) for t in y_ticks) + 24))
 
     def sx(v: float) -> float:
-        return PAD + (v - x_lo) / ((x_hi - x_lo) or 1) * (WIDTH - 2 * PAD)
+        return left + (v - x_lo) / ((x_hi - x_lo) or 1) * (WIDTH - left - PAD)
 
     def sy(v: float) -> float:
         return HEIGHT - PAD - (v - y_lo) / ((y_hi - y_lo) or 1) * (HEIGHT - 2 * PAD)
@@ -84,18 +108,22 @@ def scatter_svg(
     parts = [
         f'<svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" width="{WIDTH}" height="{HEIGHT}" '
         f'role="img" aria-label="{escape(y_label)} against {escape(x_label)}">',
-        f'<line x1="{PAD}" y1="{HEIGHT - PAD}" x2="{WIDTH - PAD}" y2="{HEIGHT - PAD}" '
+        f'<line x1="{left}" y1="{HEIGHT - PAD}" x2="{WIDTH - PAD}" y2="{HEIGHT - PAD}" '
         'class="axis"/>',
-        f'<line x1="{PAD}" y1="{PAD}" x2="{PAD}" y2="{HEIGHT - PAD}" class="axis"/>',
+        f'<line x1="{left}" y1="{PAD}" x2="{left}" y2="{HEIGHT - PAD}" class="axis"/>',
     ]
-    for t in _ticks(x_lo, x_hi):
+    # an x label is kept only clear of the y labels' column (left of the axis) and of its
+    # neighbours: no two tick labels ever overlap
+    x_marks = [(sx(t), x_format(t)) for t in _axis_ticks(x_lo, x_hi, x_format)]
+    x_marks = [(at, text) for at, text in x_marks if at - CHAR_W * len(text) / 2 >= left - 2]
+    for at, text in _spaced(x_marks):
         parts.append(
-            f'<text x="{sx(t):.1f}" y="{HEIGHT - PAD + 16}" class="tick" '
-            f'text-anchor="middle">{x_format(t)}</text>'
+            f'<text x="{at:.1f}" y="{HEIGHT - PAD + 16}" class="tick" '
+            f'text-anchor="middle">{escape(text)}</text>'
         )
-    for t in _ticks(y_lo, y_hi):
+    for t in y_ticks:
         parts.append(
-            f'<text x="{PAD - 6}" y="{sy(t) + 4:.1f}" class="tick" '
+            f'<text x="{left - 6}" y="{sy(t) + 4:.1f}" class="tick" '
             f'text-anchor="end">{y_format(t)}</text>'
         )
     parts.append(

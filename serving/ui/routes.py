@@ -79,7 +79,13 @@ async def models_page(request: Request, models: Models) -> HTMLResponse:
             m.metrics.get("mape") if m.loaded else None,
             details.baseline_mape if details is not None else None,
         )
-        rows.append({"info": m, "trained": details, "live": live, "comparison": comparison})
+        by_source = compare_to_baseline(
+            m.metrics.get("by_source_mape") if m.loaded else None,
+            m.metrics.get("by_source_napkin_mape") if m.loaded else None,
+            against="perfect scaling",
+        )
+        rows.append({"info": m, "trained": details, "live": live, "comparison": comparison,
+                     "by_source": by_source})  # fmt: skip
     context = {"page": "models", "rows": rows, "store": shown(default_store_path())}
     return templates.TemplateResponse(request, "models.html", context)
 

@@ -1,0 +1,335 @@
+"""The dashboard and the simulation report as a person reads them, in a real headless Chromium
+(issues 35 and 39): the Models page leads with what a new cluster should expect (leave one
+cluster out, beside perfect scaling) before the random held-out rows; durations read `3.1 h`,
+`45 min`, `0.86 s` and never e-notation; no two tick labels of a chart overlap on screen (their
+bounding boxes, as the browser laid them out); and colours mean what they say (green only for a
+real improvement, a legend in its curve's colour, the Pareto set filled).
+
+One scaling champion (gbm on two clusters, ~10 s) and one server for the module; each test is a
+page load or two. Set PERFCAST_UI_SCREENSHOTS=docs/img to refresh the README's screenshots of
+these pages."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from conftest import requires_data
+
+from perfcast.units import duration, number, pct, percent
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+DRIVER = shutil.which("chromedriver")
+try:
+    import selenium  # noqa: F401
+
+    HAVE_SELENIUM = True
+except ImportError:
+    HAVE_SELENIUM = False
+
+pytestmark = [
+    requires_data,
+    pytest.mark.slow,  # the champion's training, ~10 s quiet (40 s on a loaded machine)
+    pytest.mark.skipif(
+        not (CHROMIUM and DRIVER and HAVE_SELENIUM),
+        reason="no headless browser: install Debian's chromium and chromium-driver "
+        "(`apt-get install -y chromium chromium-driver`, as .ci/run does) and selenium",
+    ),
+]
+
+WAIT_S = 30
+# two clusters: the champion gets a leave-one-cluster-out score
+SCALING_DATA = "pollux-scaling,gavel-scaling"
+HUMAN_DURATION = re.compile(r"^-?[\d.,]+ (µs|ms|s|min|h|d)$")
+E_NOTATION = re.compile(r"\d[eE][+-]?\d")
+GREEN = "rgb(23, 112, 58)"  # .better in style.css
+
+# every tick label of every chart on the page, with its box as laid out, grouped by chart/axis
+TICKS_JS = """
+const out = [];
+document.querySelectorAll("svg").forEach((svg, i) => {
+  const chart = (svg.closest("[id]") || {}).id || ("svg" + i);
+  svg.querySelectorAll("text").forEach((t) => {
+    const r = t.getBoundingClientRect();
+    const x = parseFloat(t.getAttribute("x")), y = parseFloat(t.getAttribute("y"));
+    out.push({chart, cls: t.getAttribute("class") || "", text: t.textContent,
+              anchor: t.getAttribute("text-anchor"), x, y,
+              left: r.left, right: r.right, top: r.top, bottom: r.bottom});
+  });
+});
+return out;
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> str:
+    import uvicorn
+
+    from perfcast.serving.app import create_app
+    from perfcast.serving.settings import Settings
+    from perfcast.training.trainer import train
+
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("PERFCAST_HOME", str(tmp_path_factory.mktemp("readable-home")))
+        env.setenv("PERFCAST_LIVE_STATE", str(tmp_path_factory.mktemp("no-live-state")))
+        train("scaling", SCALING_DATA, model="gbm")
+        app = create_app(Settings(tasks=("scaling",)))
+        port = _free_port()
+        uv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+        thread = threading.Thread(target=uv.run, daemon=True)
+        thread.start()
+        deadline = time.monotonic() + WAIT_S
+        while not uv.started:
+            assert time.monotonic() < deadline, "uvicorn did not start"
+            time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}"
+        uv.should_exit = True
+        thread.join(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from selenium import webdriver
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+
+    options = Options()
+    options.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
+                "--window-size=1400,1000", "--disable-gpu"):  # fmt: skip
+        options.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(DRIVER), options=options)
+    driver.implicitly_wait(0)
+    yield driver
+    driver.quit()
+
+
+def _screenshot(browser, name: str) -> None:
+    """Into PERFCAST_UI_SCREENSHOTS when set (docs/img for the README), else nowhere."""
+    folder = os.environ.get("PERFCAST_UI_SCREENSHOTS")
+    if folder:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        height = browser.execute_script("return document.documentElement.scrollHeight")
+        browser.set_window_size(1400, min(max(height + 40, 600), 2400))
+        browser.save_screenshot(str(Path(folder) / f"{name}.png"))
+        browser.set_window_size(1400, 1000)
+
+
+def _overlaps(a: dict, b: dict) -> bool:
+    return (
+        a["left"] < b["right"]
+        and b["left"] < a["right"]
+        and a["top"] < b["bottom"]
+        and (b["top"] < a["bottom"])
+    )
+
+
+def _check_ticks(browser, want_charts: int) -> dict[str, list[dict]]:
+    """No tick label of a chart overlaps another text of it, none is in e-notation; returns
+    the x-axis ticks (the labels on the x axis' baseline) per chart."""
+    labels = browser.execute_script(TICKS_JS)
+    charts: dict[str, list[dict]] = {}
+    for label in labels:
+        charts.setdefault(label["chart"], []).append(label)
+    assert len(charts) >= want_charts, sorted(charts)
+    x_ticks = {}
+    for chart, texts in charts.items():
+        for t in texts:
+            assert not E_NOTATION.search(t["text"]), (chart, t["text"])
+        ticks = [t for t in texts if "tick" in t["cls"].split()]
+        assert len(ticks) >= 2, (chart, [t["text"] for t in texts])
+        others = [t for t in texts if "point-label" not in t["cls"].split()]
+        for a in ticks:  # nor any other text: the axis titles, the legend
+            for b in others:
+                if b is not a:
+                    assert not _overlaps(a, b), f"{chart}: {a['text']!r} overlaps {b['text']!r}"
+        bottom = max(t["y"] for t in ticks)
+        x_ticks[chart] = sorted((t for t in ticks if t["y"] == bottom), key=lambda t: t["x"])
+        texts_shown = [t["text"] for t in x_ticks[chart]]
+        assert len(set(texts_shown)) == len(texts_shown), (chart, texts_shown)
+    return x_ticks
+
+
+def _colour(browser, element) -> str:
+    return browser.execute_script("return getComputedStyle(arguments[0]).color", element)
+
+
+# ---- models: what a new cluster gets, first ---------------------------------------------------
+
+
+def test_models_page_leads_with_what_a_new_cluster_gets(server: str, browser) -> None:
+    from selenium.webdriver.common.by import By
+
+    metrics = {m["task"]: m for m in httpx.get(f"{server}/v1/models").json()["models"]}
+    m = metrics["scaling"]["metrics"]
+    for key in ("by_source_mape", "by_source_napkin_mape", "by_source_coverage",
+                "by_source_width"):  # fmt: skip
+        assert m.get(key) is not None, f"/v1/models lacks {key}: {sorted(m)}"
+    browser.get(f"{server}/ui/models")
+    row = browser.find_element(By.CSS_SELECTOR, 'tr[data-task="scaling"]')
+    cell = {c: row.find_element(By.CLASS_NAME, c) for c in (
+        "by-source", "by-source-napkin", "by-source-coverage", "by-source-width", "mape",
+        "coverage", "baseline")}  # fmt: skip
+    # the same figures as the API, read as a person reads them
+    assert float(cell["by-source"].get_attribute("data-value")) == pytest.approx(
+        m["by_source_mape"]
+    )
+    assert cell["by-source"].text.startswith(pct(m["by_source_mape"]))
+    assert cell["by-source-napkin"].text == pct(m["by_source_napkin_mape"])
+    assert cell["by-source-coverage"].text == percent(m["by_source_coverage"])
+    assert cell["by-source-width"].text == number(m["by_source_width"]) + "×"
+    assert cell["mape"].text == pct(m["mape"])
+
+    # first: every by-source figure left of every figure on random held-out rows, and the
+    # headers say which is which in that order
+    left = max(cell[c].rect["x"] for c in cell if c.startswith("by-source"))
+    assert left < min(cell[c].rect["x"] for c in ("mape", "coverage", "baseline"))
+    new = browser.find_element(By.CSS_SELECTOR, "th.by-source-group")
+    like = browser.find_element(By.CSS_SELECTOR, "th.random-group")
+    assert "on a new cluster" in new.text and "on data like its training" in like.text
+    assert new.rect["x"] < like.rect["x"]
+    lead = browser.find_element(By.CLASS_NAME, "lead").text
+    assert lead.index("On a new cluster") < lead.index("On data like its training")
+
+    # colours that mean what they say: green only for an error lower than the other's and < 100%
+    for figure, other in (("by-source", m["by_source_napkin_mape"]), ("baseline", None)):
+        spans = cell[figure].find_elements(By.TAG_NAME, "span")
+        assert len(spans) == 1, figure
+        ours = m["by_source_mape"] if figure == "by-source" else m["mape"]
+        theirs = other if other is not None else float(cell[figure].get_attribute("data-value"))
+        good = ours < theirs and ours < 100
+        assert (_colour(browser, spans[0]) == GREEN) == good, (figure, ours, theirs)
+        assert ("lower" if ours < theirs else "higher") in spans[0].text
+    _screenshot(browser, "ui-models")
+
+
+# ---- ask: human units, readable chart ---------------------------------------------------------
+
+ASK = {
+    "job": "resnet18",
+    "gpu_types": "v100,t4",
+    "gpus_per_node": "4",
+    "nodes": "4",
+    "prices": "2.48,0.35",
+    "batch_sizes": "32,64,128",
+    "samples": "50000000",
+    "objective": "min_time",
+    "top_k": "12",
+}
+
+
+def test_ask_page_reads_in_human_units(server: str, browser) -> None:
+    from selenium.webdriver.common.by import By
+
+    browser.get(str(httpx.URL(f"{server}/ui/ask", params=ASK)))
+    rows = browser.find_elements(By.CSS_SELECTOR, "#recommendations tbody tr")
+    error = browser.find_elements(By.ID, "ask-error")
+    assert len(rows) > 3, error[0].text if error else browser.page_source[:2000]
+    for row in rows:
+        for cls in ("total",):
+            text = row.find_element(By.CLASS_NAME, cls).text
+            value = float(row.find_element(By.CLASS_NAME, cls).get_attribute("data-value"))
+            assert HUMAN_DURATION.match(text) and text == duration(value), text
+        step = row.find_element(By.CLASS_NAME, "step").text
+        assert HUMAN_DURATION.match(step.split(" (")[0]), step
+        assert re.fullmatch(r"[\d.]+%", row.find_element(By.CLASS_NAME, "efficiency").text)
+    body = browser.find_element(By.TAG_NAME, "main").text
+    assert not E_NOTATION.search(body), E_NOTATION.search(body)
+    x_ticks = _check_ticks(browser, want_charts=1)
+    (ticks,) = x_ticks.values()
+    assert all(HUMAN_DURATION.match(t["text"]) for t in ticks), [t["text"] for t in ticks]
+    # the Pareto set is filled, the others hollow, as the caption says
+    fills = {
+        c.get_attribute("class"): browser.execute_script(
+            "return getComputedStyle(arguments[0]).fill", c
+        )
+        for c in browser.find_elements(By.CSS_SELECTOR, "svg.chart circle.point")
+    }
+    assert fills.get("point dominated") == "rgb(255, 255, 255)"
+    assert fills.get("point pareto") not in (None, "rgb(255, 255, 255)", "none")
+    assert "filled: the Pareto set" in browser.find_element(By.TAG_NAME, "figcaption").text
+    _screenshot(browser, "ui-ask")
+
+
+# ---- the simulation report --------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    """fifo and tiresias on a small cluster under load, long JCTs (days: the axis that read
+    '1e+063.09e+06')."""
+    import json
+
+    from perfcast.scheduler.core.cluster import ClusterSpec
+    from perfcast.scheduler.sim.report import write_report
+    from perfcast.scheduler.sim.run import prepare_workload, run_simulation, write_outputs
+
+    folder = tmp_path_factory.mktemp("report")
+    spec = ClusterSpec.parse("2x4:v100")
+    workload = prepare_workload("pollux-philly", spec, max_jobs=60)
+    summaries = {}
+    for policy in ("fifo", "tiresias"):
+        write_outputs(run_simulation(workload, spec, policy), folder / policy)
+        summaries[policy] = json.loads((folder / policy / "metrics.json").read_text())
+    path = write_report([folder / "fifo", folder / "tiresias"], folder / "both.html",
+                        total_gpus=8)  # fmt: skip
+    return path, summaries
+
+
+def test_simulation_report_reads_in_human_units(report, browser) -> None:
+    from selenium.webdriver.common.by import By
+
+    path, summaries = report
+    browser.get(path.as_uri())
+    for column, policy in enumerate(("fifo", "tiresias"), start=1):
+        cells = browser.find_elements(By.CSS_SELECTOR, f"#summary td:nth-child({column + 1})")
+        shown = {c.get_attribute("data-key"): c for c in cells}
+        for key in ("avg_jct_s", "median_jct_s", "p99_jct_s", "makespan_s", "avg_queue_s"):
+            value = summaries[policy][key]
+            assert shown[key].text == duration(value), (key, shown[key].text)
+            assert float(shown[key].get_attribute("data-value")) == pytest.approx(value)
+        assert shown["utilization"].text == percent(summaries[policy]["utilization"])
+    assert max(s["p99_jct_s"] for s in summaries.values()) > 86400, "want JCTs of days"
+    assert not E_NOTATION.search(browser.find_element(By.TAG_NAME, "body").text)
+    x_ticks = _check_ticks(browser, want_charts=4)
+    for chart in ("jct-cdf", "gpus-held", "queue"):
+        texts = [t["text"] for t in x_ticks[chart]]
+        assert all(HUMAN_DURATION.match(t) for t in texts), (chart, texts)
+
+    # each curve's legend is in the curve's colour, and a policy keeps its colour in every chart
+    colour_of: dict[str, str] = {}
+    for chart in ("jct-cdf", "gpus-held", "queue"):
+        for line in browser.find_elements(By.CSS_SELECTOR, f"#{chart} polyline.series"):
+            label = line.get_attribute("data-label")
+            stroke = browser.execute_script("return getComputedStyle(arguments[0]).stroke", line)
+            legend = browser.find_element(
+                By.XPATH, f'//div[@id="{chart}"]//*[local-name()="text" and text()="{label}"]'
+            )
+            assert browser.execute_script(
+                "return getComputedStyle(arguments[0]).fill", legend
+            ) == stroke, (chart, label)  # fmt: skip
+            assert colour_of.setdefault(label, stroke) == stroke, (chart, label)
+    for label, colour in colour_of.items():  # the bars' legend too
+        legend = browser.find_element(
+            By.XPATH, f'//div[@id="preemptions"]//*[local-name()="text" and text()="{label}"]'
+        )
+        assert browser.execute_script("return getComputedStyle(arguments[0]).fill", legend) == (
+            colour
+        )
+    for bar in browser.find_elements(By.CSS_SELECTOR, "#preemptions rect.bar"):
+        fill = browser.execute_script("return getComputedStyle(arguments[0]).fill", bar)
+        assert fill == colour_of[bar.get_attribute("data-label")]
+    _screenshot(browser, "sim-report")
