@@ -10,14 +10,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 from scheduler_synthetic import SYNTHETIC_PAIRS
 
+from perfcast.features.model_sizes import params_m
 from perfcast.scheduler.core import ClusterSpec, ClusterState, Job, Run
 from perfcast.scheduler.core.jobs import JobTable
 from perfcast.scheduler.core.loop import RoundContext, apply_decision
 from perfcast.scheduler.core.predictions import JobPredictor
 from perfcast.scheduler.facts.catalog import InterferenceCatalog
 from perfcast.scheduler.facts.memory import (
+    ACTIVATIONS,
     CONTEXT_MB,
-    ESTIMATES,
     JobMemory,
     estimated_memory,
     memory_model,
@@ -26,12 +27,12 @@ from perfcast.scheduler.policies import make_policy
 from perfcast.scheduler.sim.run import prepare_workload, run_simulation
 
 
-@given(st.sampled_from(sorted(ESTIMATES)), st.integers(1, 512), st.integers(1, 512))
+@given(st.sampled_from(sorted(ACTIVATIONS)), st.integers(1, 512), st.integers(1, 512))
 def test_estimate_persistent_is_model_size_and_ephemeral_grows_with_the_batch(job, b1, b2):
     small, large = estimated_memory(job, min(b1, b2)), estimated_memory(job, max(b1, b2))
     assert small is not None and large is not None and not small.measured
-    params_m = ESTIMATES[job][0]
-    assert small.persistent_mb == pytest.approx(params_m * 1e6 * 16 / 2**20 + CONTEXT_MB)
+    size = params_m(job, rough=True)
+    assert small.persistent_mb == pytest.approx(size * 1e6 * 16 / 2**20 + CONTEXT_MB)
     assert small.persistent_mb == large.persistent_mb
     assert large.ephemeral_mb == pytest.approx(small.ephemeral_mb * max(b1, b2) / min(b1, b2))
 
