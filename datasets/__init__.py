@@ -12,12 +12,12 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from perfcast.datasets.contract import KINDS, SCHEMAS, TARGETS, validate
+    from perfcast.datasets.contract import KINDS, SCHEMAS, validate
     from perfcast.datasets.io import read_table, write_table
     from perfcast.datasets.registry import Dataset, dataset, get, load
 
 _HOMES = {
-    "KINDS": "contract", "SCHEMAS": "contract", "TARGETS": "contract", "validate": "contract",
+    "KINDS": "contract", "SCHEMAS": "contract", "validate": "contract",
     "read_table": "io", "write_table": "io",
     "Dataset": "registry", "dataset": "registry", "get": "registry", "load": "registry",
 }  # fmt: skip
@@ -32,6 +32,6 @@ def __getattr__(name: str) -> object:
 
 
 __all__ = [
-    "KINDS", "SCHEMAS", "TARGETS", "Dataset", "dataset", "get", "load", "read_table",
+    "KINDS", "SCHEMAS", "Dataset", "dataset", "get", "load", "read_table",
     "validate", "write_table",
 ]  # fmt: skip

@@ -239,14 +239,6 @@ SCHEMAS: dict[str, pa.DataFrameSchema] = {
     "plan": PLAN,
 }
 
-TARGETS: dict[str, tuple[str, ...]] = {
-    "scaling": ("step_time_s",),
-    "interference": ("a_speed", "b_speed"),
-    "trace": ("duration_s",),
-    "graph": ("e2e_latency_ms",),
-    "plan": ("e2e_latency_ms",),
-}
-
 _TRUE = {"true", "1", "yes", "y", "t"}
 _FALSE = {"false", "0", "no", "n", "f"}
 

@@ -9,23 +9,21 @@ and the simulator's oracle all speak this, so a consumer switches between them w
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+from perfcast.predictor.tasks import TASK_SPECS, TASKS, Task
+
+__all__ = ["PER_SAMPLE_TASKS", "TASKS", "TASK_TABLES", "PredictionBackend", "Task"]
 
 if TYPE_CHECKING:  # kept out of import time: the command line reads TASKS without pandas
     import pandas as pd
 
-Task = Literal["scaling", "interference", "runtime", "duration", "query"]
-TASKS: tuple[Task, ...] = ("scaling", "interference", "runtime", "duration", "query")
 # tasks whose rows are the nodes of DAGs: one prediction per sample_id
-PER_SAMPLE_TASKS = ("runtime", "query")
+PER_SAMPLE_TASKS = tuple(name for name, spec in TASK_SPECS.items() if spec.per_sample)
 
 # task -> (contract table kind of its rows, target columns)
 TASK_TABLES: dict[str, tuple[str, tuple[str, ...]]] = {
-    "scaling": ("scaling", ("step_time_s",)),
-    "interference": ("interference", ("a_speed", "b_speed")),
-    "runtime": ("graph", ("e2e_latency_ms",)),
-    "duration": ("trace", ("duration_s",)),
-    "query": ("plan", ("e2e_latency_ms",)),
+    name: (spec.table, spec.targets) for name, spec in TASK_SPECS.items()
 }
 
 

@@ -18,6 +18,7 @@ from sklearn.base import BaseEstimator
 
 from perfcast.datasets.contract import validate, validate_prediction_rows
 from perfcast.errors import ContractError
+from perfcast.predictor.tasks import TASK_SPECS
 
 # The shape of the predictors' learned state. Bump it whenever a change to a predictor or its
 # features would make a model saved by an earlier perfcast unreadable or wrong: champions saved
@@ -73,13 +74,20 @@ FLAGS: dict[str, str] = {
 
 
 class TaskPredictor(BaseEstimator, ABC):
-    task: ClassVar[str]
+    task: ClassVar[str]  # a name in the task registry; kind and targets are read from it
     kind: ClassVar[str]  # contract table the rows follow
     targets: ClassVar[tuple[str, ...]]
     family: ClassVar[str]  # model family name, e.g. "gbm", "fcn", "rnn", "gnn"
     # whether each row's prediction depends on that row alone, so that `predict_columns` may
     # answer several groups (a micro-batch's requests) in one call
     rows_independent: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        task = cls.__dict__.get("task")
+        if task is not None:  # a task's predictor: its table and targets are the registry's
+            spec = TASK_SPECS[task]
+            cls.kind, cls.targets = spec.table, spec.targets
 
     def fit(self, rows: pd.DataFrame, y: pd.DataFrame | None = None) -> Self:
         rows = self._with_targets(rows, y)

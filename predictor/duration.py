@@ -38,8 +38,6 @@ _WEIGHTS = np.linspace(0.0, 1.0, 11)
 
 class DurationPredictor(TaskPredictor):
     task = "duration"
-    kind = "trace"
-    targets = ("duration_s",)
 
     def __init__(self, model: str = "gbm", random_state: int = 0) -> None:
         self.model = model

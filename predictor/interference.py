@@ -37,8 +37,6 @@ class InterferencePredictor(TaskPredictor):
     one for pairs of workloads seen in training, a general one for pairs with a new workload."""
 
     task = "interference"
-    kind = "interference"
-    targets = ("a_speed", "b_speed")
     rows_independent = True
 
     def __init__(self, model: str = "gbm", random_state: int = 0) -> None:

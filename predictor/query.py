@@ -64,8 +64,6 @@ class PlanGraphRegressor(BaseEstimator):
 
 class QueryPredictor(TaskPredictor):
     task = "query"
-    kind = "plan"
-    targets = ("e2e_latency_ms",)
 
     def __init__(self, model: str = "gbm", epochs: int = 40, random_state: int = 0) -> None:
         self.model = model

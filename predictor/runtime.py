@@ -184,8 +184,6 @@ def _has_node_latency(rows: pd.DataFrame) -> bool:
 
 class RuntimePredictor(TaskPredictor):
     task = "runtime"
-    kind = "graph"
-    targets = ("e2e_latency_ms",)
 
     def __init__(
         self, model: str = "gbm", epochs: int | None = None, random_state: int = 0

@@ -163,8 +163,6 @@ class ScalingPredictor(TaskPredictor):
     (gbm or fcn) is the family of the prior regressors."""
 
     task = "scaling"
-    kind = "scaling"
-    targets = ("step_time_s",)
     rows_independent = True
 
     def __init__(self, model: str = "gbm", random_state: int = 0) -> None:

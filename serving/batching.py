@@ -22,10 +22,11 @@ import numpy as np
 from starlette.concurrency import run_in_threadpool
 
 from perfcast.errors import ContractError
+from perfcast.predictor.tasks import TASK_SPECS
 from perfcast.serving.models import ServedModels
 from perfcast.serving.settings import MAX_ROWS
 
-BATCHED_TASKS = ("scaling", "interference")
+BATCHED_TASKS = tuple(name for name, spec in TASK_SPECS.items() if spec.batched)
 # Up to this many rows a call runs on the event loop: a few rows' prediction (~1 ms) costs
 # less than the hop to a worker thread and back, and both hold the one GIL anyway.
 INLINE_ROWS = 32

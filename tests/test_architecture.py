@@ -95,3 +95,62 @@ def test_scheduler_sub_layers_import_down_only(path: Path) -> None:
         if sub not in SUB_LAYERS or SUB_LAYERS[sub] >= SUB_LAYERS[own]
     )
     assert not wrong, f"{path.relative_to(ROOT)} ({own}) imports across or up: {wrong}"
+
+
+# The task registry (predictor/tasks.py) is the one definition of the tasks' names and targets:
+# no other module of the package spells out three or more task names in one literal (a dict's
+# keys, a tuple, a list, a set) or assigns a literal tuple of target columns to a `targets` name.
+def _task_registry_duplicates(path: Path) -> list[str]:
+    from perfcast.predictor.tasks import TASK_SPECS
+
+    names = set(TASK_SPECS)
+    targets = {t for spec in TASK_SPECS.values() for t in spec.targets}
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        items = node.keys if isinstance(node, ast.Dict) else getattr(node, "elts", None)
+        if isinstance(node, ast.Dict | ast.Tuple | ast.List | ast.Set) and items:
+            spelled = {i.value for i in items if isinstance(i, ast.Constant)} & names
+            if len(spelled) >= 3:
+                found.append(f"line {node.lineno}: task names {sorted(spelled)}")
+        if isinstance(node, ast.Assign | ast.AnnAssign):
+            bound = node.targets if isinstance(node, ast.Assign) else [node.target]
+            value = node.value
+            if (
+                any(isinstance(b, ast.Name) and "target" in b.id.lower() for b in bound)
+                and isinstance(value, ast.Tuple | ast.List)
+                and value.elts
+                and all(isinstance(e, ast.Constant) and e.value in targets for e in value.elts)
+            ):
+                found.append(f"line {node.lineno}: targets {ast.unparse(value)}")
+    return found
+
+
+REGISTRY = ROOT / "predictor" / "tasks.py"
+
+
+@pytest.mark.parametrize(
+    "layer,path",
+    [(layer, path) for layer, path in _source_files() if path != REGISTRY],
+    ids=lambda v: str(v),
+)
+def test_tasks_are_named_and_given_targets_only_in_the_registry(layer: str, path: Path) -> None:
+    found = _task_registry_duplicates(path)
+    assert not found, f"{path.relative_to(ROOT)} defines tasks again (use TASK_SPECS): {found}"
+
+
+def test_the_registry_is_what_the_package_serves_and_fits() -> None:
+    """Each task's predictor class, contract table and families come from its one entry."""
+    from typing import get_args
+
+    from perfcast.datasets.contract import SCHEMAS
+    from perfcast.predictor import make_predictor
+    from perfcast.predictor.tasks import TASK_SPECS, Task
+
+    assert set(get_args(Task)) == set(TASK_SPECS)
+    for name, spec in TASK_SPECS.items():
+        predictor = make_predictor(name)
+        assert (predictor.task, predictor.kind, predictor.targets) == (
+            name, spec.table, spec.targets,
+        )  # fmt: skip
+        assert predictor.family == spec.default_family in spec.families
+        assert set(spec.targets) <= set(SCHEMAS[spec.table].columns)

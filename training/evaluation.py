@@ -11,19 +11,13 @@ import pandas as pd
 
 from perfcast.datasets.splits import folds
 from perfcast.features.graphs import samples
-from perfcast.predictor import FAMILIES, TaskPredictor, make_predictor
+from perfcast.predictor import FAMILIES, TASK_SPECS, TaskPredictor, make_predictor
 from perfcast.predictor.backend import PER_SAMPLE_TASKS
 from perfcast.training.metrics import regression_metrics
 from perfcast.units import pct
 
 # told what is being fitted now ("fcn on 3,612 rows (2/2)"): a progress display, or nothing
 Step = Callable[[str], None]
-
-# the split `--model auto` validates on inside the training data, per table kind
-AUTO_SPLIT = {
-    "scaling": "random", "interference": "random", "graph": "random", "trace": "random",
-    "plan": "random",
-}  # fmt: skip
 
 
 def truth_and_predictions(
@@ -77,7 +71,7 @@ def validate_families(
     """`--model auto`'s evidence: each family's MAPE (%) on one validation fold carved out of
     `rows` (the training data only; the caller's test data is never seen)."""
     families = families or FAMILIES[task]
-    train, valid = next(folds(rows, kind, AUTO_SPLIT[kind], n_folds=4, seed=1))
+    train, valid = next(folds(rows, kind, TASK_SPECS[task].auto_split, n_folds=4, seed=1))
     results = {}
     for i, family in enumerate(families, 1):
         if step:

@@ -29,6 +29,7 @@ from perfcast.features.graphs import samples
 from perfcast.predictor import DEFAULT_FAMILY, FAMILIES, make_predictor
 from perfcast.predictor.backend import PER_SAMPLE_TASKS, TASK_TABLES
 from perfcast.predictor.base import MODEL_FORMAT
+from perfcast.predictor.tasks import TASK_SPECS
 from perfcast.training import by_source, model_store
 from perfcast.training.evaluation import best_family, describe_choice, score, validate_families
 from perfcast.units import duration, number, pct
@@ -37,13 +38,7 @@ from perfcast.units import duration, number, pct
 # Without the data folder the package's starter set stands in (datasets/embedded/); sia-scaling
 # and decima-tpch-stages state no licence, are never shipped, and are left out where they cannot
 # be read or fetched (default_data).
-DEFAULT_DATA = {
-    "scaling": "pollux-scaling,gavel-scaling,muri-scaling,sia-scaling",
-    "interference": "gavel-interference",
-    "runtime": "neusight-graphs",
-    "query": "decima-tpch-stages,measured-cpu-tpch-sweep",
-    "duration": "pollux-philly",
-}
+DEFAULT_DATA = {name: spec.default_data for name, spec in TASK_SPECS.items()}
 
 
 def load_rows(task: str, data: str) -> pd.DataFrame:

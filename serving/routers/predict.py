@@ -11,6 +11,7 @@ from fastapi import APIRouter, FastAPI, Request, Response
 from starlette.types import Receive, Scope, Send
 
 from perfcast.predictor.backend import TASK_TABLES
+from perfcast.predictor.tasks import TASK_SPECS
 from perfcast.serving import service
 from perfcast.serving.dependencies import AppSettings, Batcher, Models
 from perfcast.serving.middleware import disconnected
@@ -25,12 +26,7 @@ ERRORS = {
         "description": "No model is loaded for the task, or the service is full (see Retry-After)"
     },
 }
-SUMMARIES = {
-    "scaling": "Step time of a job on a configuration",
-    "interference": "Speed of two jobs sharing one accelerator",
-    "runtime": "Iteration latency from an operator graph (one answer per sample_id)",
-    "duration": "Run time of a job of a cluster trace",
-}
+SUMMARIES = {name: spec.summary for name, spec in TASK_SPECS.items() if not spec.own_router}
 
 
 def _endpoint(task: str) -> Callable[..., Awaitable[Response]]:
