@@ -23,6 +23,7 @@ from collections.abc import Iterable, Mapping
 from typing import Annotated, Any, Literal, NamedTuple, NotRequired, Required
 
 from pydantic import (
+    AfterValidator,
     BeforeValidator,
     ConfigDict,
     Field,
@@ -36,7 +37,9 @@ from pydantic_core import PydanticCustomError
 from typing_extensions import TypedDict
 
 from perfcast.datasets.contract import SCHEMAS, at_most_text
+from perfcast.features.devices import DEVICES, canonical_device
 from perfcast.predictor.backend import TASK_TABLES
+from perfcast.suggest import did_you_mean
 
 
 class Column(NamedTuple):
@@ -178,6 +181,34 @@ def at_most(column: str, bound: float) -> BeforeValidator:
     return BeforeValidator(check)
 
 
+# the names a request may give a GPU: the datasheet's (features.devices.DEVICES; the models'
+# features read its figures, so a name without them gets answers from nothing) and `cpu`
+KNOWN_GPUS: frozenset[str] = frozenset({*DEVICES, "cpu"})
+GPU_LIST = ", ".join(sorted(KNOWN_GPUS))
+
+
+def gpu_type(value: str) -> str:
+    """A GPU type as the contract writes it: lower case (`V100` is `v100`), and one perfcast
+    knows, by its datasheet name or a longer one it maps there (`tesla_v100-pcie-32gb`). An
+    unknown name (`v1oo`) is refused naming the nearest known one, not answered with a
+    confident number and a flag."""
+    if value in KNOWN_GPUS:  # the common case: one set lookup
+        return value
+    name = value.strip().lower()
+    if name in KNOWN_GPUS or canonical_device(name) in DEVICES:
+        return name
+    # no known name has the letter o: in `v1oo` it is a zero typed as a letter
+    hint = did_you_mean(name.replace("o", "0"), KNOWN_GPUS) or did_you_mean(name, KNOWN_GPUS)
+    raise PydanticCustomError(
+        "unknown_gpu_type",
+        "gpu_type {name} is not a GPU type perfcast knows{hint}; known: {known}",
+        {"name": repr(value), "hint": hint, "known": GPU_LIST},
+    )
+
+
+GpuName = AfterValidator(gpu_type)
+
+
 def _whole(value: object) -> object:
     # pandas writes a float column of whole numbers as 4.0: that is 4 GPUs, 4.5 is not
     return int(value) if isinstance(value, float) and value.is_integer() else value
@@ -230,6 +261,8 @@ def _field(name: str, json_type: str, bounds: dict, required: bool, choices: lis
     value = _value_type(name, json_type, bounds)
     if choices:
         value = Literal[tuple(choices)]  # type: ignore[valid-type]
+    if name == "gpu_type":
+        value = Annotated[value, GpuName]
     unit = f" Unit: {doc.unit}." if doc.unit else ""
     described = Field(
         description=f"{doc.description[0].upper()}{doc.description[1:]}.{unit}",

@@ -33,6 +33,7 @@ from perfcast.predictor.backend import PER_SAMPLE_TASKS, TASK_TABLES
 from perfcast.serving.rows import (
     MEASURED_SCALING_ROW,
     ROW_TYPES,
+    GpuName,
     Scalar,
     at_most,
     column,
@@ -46,7 +47,8 @@ Number = Annotated[float, Field(strict=True, allow_inf_nan=False)]
 
 Row = dict[str, Scalar]
 Name = Annotated[str, Field(min_length=1, max_length=200)]
-GpuType = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_.\-]*$", max_length=64)]
+# any case (`V100` is `v100`); a name perfcast does not know is a 422 with the nearest known one
+GpuType = Annotated[str, Field(min_length=1, max_length=64), GpuName]
 Positive = Annotated[Number, Field(gt=0)]
 NonNegative = Annotated[Number, Field(ge=0)]
 BatchSize = Annotated[StrictInt, Field(ge=1, le=2**20)]  # a global batch

@@ -348,10 +348,11 @@ def test_cli_recommend_allocate_place_run_the_same_code(app, tmp_path) -> None:
     out = runner.invoke(perfcast_cli, ["allocate", str(EXAMPLES / "jobs.yaml")])
     assert out.exit_code == 0 and "measured-c" in out.stdout, out.output
     bad = tmp_path / "bad.yaml"
-    bad.write_text("job: {job: x}\npools: [{gpu_type: V100, gpus_per_node: 8, nodes: 1}]\n"
+    bad.write_text("job: {job: x}\npools: [{gpu_type: V1OO, gpus_per_node: 8, nodes: 1}]\n"
                    "local_batch_sizes: [64]\n")  # fmt: skip
     out = runner.invoke(perfcast_cli, ["recommend", str(bad)])
     assert out.exit_code == 2 and "pools.0.gpu_type" in out.output
+    assert "did you mean 'v100'" in out.output  # V100 itself is v100 (any case)
 
 
 def test_concurrent_requests_are_batched_with_the_same_answers(app, local) -> None:
