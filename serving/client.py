@@ -26,6 +26,12 @@ __all__ = ["ModelUnavailableError", "PerfcastClient", "ServiceError"]
 
 
 class PerfcastClient:
+    """The service's routes as methods: `predict` (a `PredictionBackend`), `recommend`,
+    `allocate`, `place`, `observe`, `models`, `reload`, `ready`. Rows are a DataFrame or a list
+    of dicts; errors are `ContractError` (row and column named), `ModelUnavailableError` and
+    `ServiceError`. Needs httpx, and pandas for frames: the `client` extra
+    (docs/serving.md, "A client-only install")."""
+
     def __init__(
         self,
         base_url: str = "http://127.0.0.1:8000",
@@ -54,6 +60,7 @@ class PerfcastClient:
         self.close()
 
     def close(self) -> None:
+        """Close the connection pool (`with PerfcastClient(...) as client:` does it on exit)."""
         self._http.close()
 
     # -- PredictionBackend ---------------------------------------------------------------
