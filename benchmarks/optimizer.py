@@ -24,7 +24,8 @@ import pandas as pd
 from benchmarks.report import write_section
 from perfcast.datasets.fetch import fetch
 from perfcast.datasets.registry import load
-from perfcast.optimizer.configs import GpuPool, Work, enumerate_candidates, recommend
+from perfcast.optimizer.candidates import GpuPool, enumerate_candidates
+from perfcast.optimizer.configs import recommend
 from perfcast.optimizer.elastic import (
     Allocation,
     ElasticJob,
@@ -32,6 +33,7 @@ from perfcast.optimizer.elastic import (
     allocate_greedy,
     total_throughput,
 )
+from perfcast.optimizer.scoring import Work
 from perfcast.predictor.backend import PredictionBackend
 
 COMMAND = ".venv/bin/python -m benchmarks.optimizer"

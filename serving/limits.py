@@ -11,7 +11,7 @@ Over a limit -> `RequestLimitError`, answered 413 naming the setting.
 from __future__ import annotations
 
 from perfcast.errors import PerfcastError
-from perfcast.optimizer import configs, elastic
+from perfcast.optimizer import candidates, elastic
 from perfcast.serving import schemas
 from perfcast.serving.rows import distinct_columns
 from perfcast.serving.settings import Settings
@@ -44,10 +44,10 @@ def check_predict(rows: list[dict], settings: Settings) -> None:
 
 
 def check_recommend(req: schemas.RecommendRequest, settings: Settings) -> None:
-    pools = [configs.GpuPool(**p.model_dump()) for p in req.pools]
+    pools = [candidates.GpuPool(**p.model_dump()) for p in req.pools]
     _check(
         "max_candidates",
-        configs.candidate_count(pools, req.local_batch_sizes, req.gpu_counts),
+        candidates.candidate_count(pools, req.local_batch_sizes, req.gpu_counts),
         settings,
         "the number of configurations to score",
         "give fewer nodes, gpu_counts or local_batch_sizes",

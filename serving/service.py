@@ -13,7 +13,7 @@ from pydantic_core import to_json
 from starlette.concurrency import run_in_threadpool
 
 from perfcast.errors import ContractError, PerfcastError
-from perfcast.optimizer import configs, elastic, placement
+from perfcast.optimizer import candidates, configs, elastic, placement, scoring
 from perfcast.predictor.backend import TASK_TABLES, PredictionBackend
 from perfcast.serving import limits, schemas
 from perfcast.serving.batching import PredictionBatcher
@@ -126,11 +126,11 @@ def recommend(
 ) -> schemas.RecommendResponse:
     limits.check_recommend(req, settings or Settings())
     ref = model_ref(models, "scaling")
-    work = configs.Work(**req.work.model_dump()) if req.work else None
+    work = scoring.Work(**req.work.model_dump()) if req.work else None
     try:
         result = configs.recommend(
             req.job,
-            [configs.GpuPool(**p.model_dump()) for p in req.pools],
+            [candidates.GpuPool(**p.model_dump()) for p in req.pools],
             backend or models,
             local_batch_sizes=req.local_batch_sizes,
             objective=req.objective,

@@ -10,15 +10,9 @@ import pytest
 from conftest import MeasuredBackend, needs_data, scaling_table
 
 from perfcast.errors import PerfcastError
-from perfcast.optimizer.configs import (
-    GpuPool,
-    NoFeasibleConfigError,
-    Work,
-    enumerate_candidates,
-    recommend,
-    score_candidates,
-    search_engine_knobs,
-)
+from perfcast.optimizer.candidates import GpuPool, enumerate_candidates
+from perfcast.optimizer.configs import NoFeasibleConfigError, recommend
+from perfcast.optimizer.scoring import Work, score_candidates
 
 pytestmark = needs_data
 JOB = {"job": "imagenet"}
@@ -164,29 +158,3 @@ def test_bad_pools_and_work_are_refused() -> None:
         GpuPool("t4", 0, 1)
     with pytest.raises(PerfcastError, match="exactly one"):
         Work(samples=10, iterations=10)
-
-
-def test_engine_knob_search_is_seeded_and_finds_a_near_optimal_measured_config() -> None:
-    # knobs over a real measured surface: per-sample time of ncf on one node of 4 T4s
-    table = scaling_table()
-    rows = table[(table["job"] == "ncf") & (table["num_nodes"] == 1)]
-    per_sample = dict(
-        zip(
-            zip(rows["num_gpus"], rows["local_batch_size"], strict=True),
-            rows["step_time_s"] / (rows["num_gpus"] * rows["local_batch_size"]),
-            strict=True,
-        )
-    )
-    sizes = sorted({b for _, b in per_sample})
-    space = {"gpus": ("int", 1, 4), "local_batch_size": sizes}
-
-    def objective(params: dict) -> float:
-        return float(per_sample.get((params["gpus"], params["local_batch_size"]), np.inf))
-
-    best, value = search_engine_knobs(objective, space, n_trials=30, seed=3)
-    again = search_engine_knobs(objective, space, n_trials=30, seed=3)
-    assert (best, value) == again
-    assert value == objective(best)
-    assert value <= 1.25 * min(per_sample.values())
-    with pytest.raises(PerfcastError, match="knob 'x'"):
-        search_engine_knobs(objective, {"x": ("int", 5, 1)}, n_trials=3)

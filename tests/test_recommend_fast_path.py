@@ -17,7 +17,10 @@ from pandas.api.types import union_categoricals
 
 from perfcast.datasets.contract import validate
 from perfcast.errors import ContractError
-from perfcast.optimizer import configs
+from perfcast.optimizer import candidates as cands
+from perfcast.optimizer import configs, scoring
+from perfcast.optimizer import front as shortlist
+from perfcast.optimizer import reasons as why
 from perfcast.predictor.base import FLAGS, flags_categorical, flags_column, interval_columns
 
 pytestmark = requires_data
@@ -114,7 +117,7 @@ def test_best_per_group_is_the_first_of_each_group_in_sorted_order(rows: list) -
     time = np.array([r[1] for r in rows])
     cost = np.array([r[2] for r in rows])
     np.testing.assert_array_equal(
-        configs._best_per_group(group, time, cost), old_best_per_group(group, time, cost)
+        shortlist._best_per_group(group, time, cost), old_best_per_group(group, time, cost)
     )
 
 
@@ -168,14 +171,14 @@ class TableBackend:
 def test_scoring_and_reasons_equal_the_frame_operations(seed, per_node, nodes, priced, samples):
     price = 2.5 if priced else None
     pools = [
-        configs.GpuPool("v100", per_node, nodes, price),
-        configs.GpuPool("k80", per_node + 1, nodes, price),
+        cands.GpuPool("v100", per_node, nodes, price),
+        cands.GpuPool("k80", per_node + 1, nodes, price),
     ]
-    candidates = configs.enumerate_candidates({"job": "resnet18"}, pools, [16, 64])
-    work = configs.Work(samples=1e6) if samples else configs.Work(iterations=1e4)
-    scored = configs.score_candidates(candidates, TableBackend(seed), work)
+    candidates = cands.enumerate_candidates({"job": "resnet18"}, pools, [16, 64])
+    work = scoring.Work(samples=1e6) if samples else scoring.Work(iterations=1e4)
+    scored = scoring.score_candidates(candidates, TableBackend(seed), work)
     np.testing.assert_array_equal(
-        configs._single_gpu_throughput(scored, scored["throughput"].to_numpy()),
+        scoring._single_gpu_throughput(scored, scored["throughput"].to_numpy()),
         old_single_gpu_throughput(scored),
     )
     np.testing.assert_array_equal(
@@ -185,13 +188,13 @@ def test_scoring_and_reasons_equal_the_frame_operations(seed, per_node, nodes, p
         / old_single_gpu_throughput(scored),
     )
     top = scored[np.isfinite(scored["step_time_s"])].head(8)
-    related = configs._Related(scored, top)
+    related = why._Related(scored, top)
     for row in top.itertuples(index=False):
         assert related.spread_penalty(row) == old_spread_penalty(scored, row)
     # each reason ends with what its step time rests on; no efficiency shown above 100%
     # (one-GPU step times drawn apart from the others: efficiencies of 5 are scored)
     top = top.reset_index(drop=True)
-    reasons = configs._reasons(top, scored, "min_time", None, None)
+    reasons = why.reason_lines(top, scored, "min_time", None, None)
     for reason, said in zip(reasons, old_provenance(top["flags"]), strict=True):
         assert reason.endswith(said) and reason.count("; step time ") == 1
         shown = float(reason.split("% scaling efficiency")[0].rsplit(" ", 1)[1])
@@ -226,14 +229,14 @@ def test_scored_rows_are_the_frames_rows(seed, priced, work, categorical, picks,
     """The answer's rows, their intervals and efficiencies worked out at them alone (each
     one-GPU reference found among every candidate), are the scored frame's rows; a column
     asked for of every candidate is the frame's column."""
-    pools = [configs.GpuPool("v100", 2, 3, 2.5 if priced else None), configs.GpuPool("k80", 4, 2)]
-    candidates = configs.enumerate_candidates({"job": "resnet18"}, pools, [16, 64])
+    pools = [cands.GpuPool("v100", 2, 3, 2.5 if priced else None), cands.GpuPool("k80", 4, 2)]
+    candidates = cands.enumerate_candidates({"job": "resnet18"}, pools, [16, 64])
     pred = TableBackend(seed).predict("scaling", candidates)
     if categorical:  # as `predict_checked` answers: flags a categorical
         pred["flags"] = pred["flags"].astype("category")
-    done = {"samples": configs.Work(samples=1e6), "iterations": configs.Work(iterations=1e4)}
-    scored = configs._Scored(candidates, pred, done.get(work))
-    frame = configs._Scored(candidates, pred, done.get(work)).frame()
+    done = {"samples": scoring.Work(samples=1e6), "iterations": scoring.Work(iterations=1e4)}
+    scored = scoring.Scored(candidates, pred, done.get(work))
+    frame = scoring.Scored(candidates, pred, done.get(work)).frame()
     if asked is not None:
         np.testing.assert_array_equal(np.asarray(scored[asked]), frame[asked].to_numpy())
     positions = np.array([p % len(candidates) for p in picks])
@@ -242,21 +245,21 @@ def test_scored_rows_are_the_frames_rows(seed, priced, work, categorical, picks,
 
 
 def old_enumerate_candidates(job, pools, local_batch_sizes, gpu_counts=None) -> pd.DataFrame:
-    """`configs.enumerate_candidates` as it was: a frame per pool, concatenated, columns
+    """`candidates.enumerate_candidates` as it was: a frame per pool, concatenated, columns
     inserted and set one by one."""
     sizes = np.unique(np.asarray(local_batch_sizes, dtype=np.int64))
     wanted = None if gpu_counts is None else np.unique(np.asarray(gpu_counts, dtype=np.int64))
     frames = []
     for pool in pools:
         key = None if wanted is None else tuple(wanted.tolist())
-        gpus, spread, codes, placements = configs._layout(pool.gpus_per_node, pool.nodes, key)
+        gpus, spread, codes, placements = cands._layout(pool.gpus_per_node, pool.nodes, key)
         rows = len(gpus)
         in_search = np.ones(rows, bool) if wanted is None else np.isin(gpus, wanted)
         price = pool.price_per_gpu_hour
         frames.append(
             pd.DataFrame(
                 {
-                    "gpu_type": configs._constant(pool.gpu_type, rows * sizes.size),
+                    "gpu_type": cands._constant(pool.gpu_type, rows * sizes.size),
                     "num_nodes": np.repeat(spread, sizes.size),
                     "num_gpus": np.repeat(gpus, sizes.size),
                     "placement": pd.Categorical.from_codes(
@@ -277,7 +280,7 @@ def old_enumerate_candidates(job, pools, local_batch_sizes, gpu_counts=None) -> 
     candidates.insert(3, "placement", placement)
     for name, value in job.items():
         candidates[name] = (
-            configs._constant(value, len(candidates)) if isinstance(value, str) else value
+            cands._constant(value, len(candidates)) if isinstance(value, str) else value
         )
     return candidates
 
@@ -303,16 +306,16 @@ def test_candidates_made_as_one_frame_are_the_concatenated_pools(
     """The candidate table made in one frame from the pools' columns is the frame made by
     concatenating one frame per pool (values, dtypes, categories, column order, index)."""
     pools = [
-        configs.GpuPool(name, per_node, nodes, price)
+        cands.GpuPool(name, per_node, nodes, price)
         for name, (per_node, nodes, price) in zip(["v100", "k80", "a100"], shapes, strict=False)
     ]
     job = {"job": "resnet18", **extra}
-    got = configs.enumerate_candidates(job, pools, sizes, counts)
+    got = cands.enumerate_candidates(job, pools, sizes, counts)
     pd.testing.assert_frame_equal(got, old_enumerate_candidates(job, pools, sizes, counts))
 
 
 def old_versus_first(first: pd.Series, row: object, objective: str, deadline_s) -> str:
-    """`configs._versus_first` as it was: the first row as a Series (`min_time` compares
+    """`reasons._versus_first` as it was: the first row as a Series (`min_time` compares
     the p90 time it ranks by)."""
     column = {"min_time": "total_time_s_p90", "min_cost": "cost"}.get(
         objective, "throughput_per_gpu"
@@ -343,23 +346,23 @@ def test_reason_records_are_the_rows_itertuples_gives(
     """Reasons read the top rows as records of plain columns: the values (and types) of
     `itertuples`, so the same text, the comparison with #1 included; `flags` None where the
     backend gave none."""
-    pools = [configs.GpuPool("v100", 2, 3, 2.5 if priced else None), configs.GpuPool("k80", 4, 2)]
-    candidates = configs.enumerate_candidates({"job": "resnet18"}, pools, [16, 64])
-    scored = configs.score_candidates(candidates, TableBackend(seed), configs.Work(samples=1e6))
+    pools = [cands.GpuPool("v100", 2, 3, 2.5 if priced else None), cands.GpuPool("k80", 4, 2)]
+    candidates = cands.enumerate_candidates({"job": "resnet18"}, pools, [16, 64])
+    scored = scoring.score_candidates(candidates, TableBackend(seed), scoring.Work(samples=1e6))
     top = scored[np.isfinite(scored["step_time_s"])].head(6).reset_index(drop=True)
     if text:  # as `recommend` hands them over: text columns as text
         top = top.astype({"gpu_type": str, "placement": "string"})
     if not flagged:
         top = top.drop(columns="flags")
-    records = configs._reason_records(top)
-    assert "total_time_s_p90" in configs._REASON_COLUMNS and "flags" in configs._REASON_COLUMNS
+    records = why._reason_records(top)
+    assert "total_time_s_p90" in why._REASON_COLUMNS and "flags" in why._REASON_COLUMNS
     for record, row in zip(records, top.itertuples(index=False), strict=True):
         assert flagged or record.flags is None
-        for name in (n for n in configs._REASON_COLUMNS if n in top):
+        for name in (n for n in why._REASON_COLUMNS if n in top):
             mine, theirs = getattr(record, name), getattr(row, name)
             assert type(mine) is type(theirs)
             assert mine == theirs or (mine != mine and theirs != theirs)
-        got = configs._versus_first(records[0], record, objective, deadline)
+        got = why._versus_first(records[0], record, objective, deadline)
         assert got == old_versus_first(top.iloc[0], row, objective, deadline)
 
 
@@ -386,7 +389,7 @@ def test_single_gpu_throughput_is_the_merge_of_the_first(rows: list, categorical
     if floats:
         scored["local_batch_size"] = scored["local_batch_size"].astype(float)
     np.testing.assert_array_equal(
-        configs._single_gpu_throughput(scored, scored["throughput"].to_numpy()),
+        scoring._single_gpu_throughput(scored, scored["throughput"].to_numpy()),
         old_single_gpu_throughput(scored),
     )
 
@@ -416,12 +419,12 @@ def test_pareto_front_keeps_what_the_loop_kept(points: list, random, blocked: bo
     gpus = np.array([p[1] for p in points], dtype=float)
     candidates = np.arange(len(points), dtype=np.int64)
     random.shuffle(candidates)
-    block = configs.FRONT_BLOCK
+    block = shortlist.FRONT_BLOCK
     try:
-        configs.FRONT_BLOCK = 3 if blocked else block
-        got = configs._pareto_front(candidates, cost, gpus)
+        shortlist.FRONT_BLOCK = 3 if blocked else block
+        got = shortlist._pareto_front(candidates, cost, gpus)
     finally:
-        configs.FRONT_BLOCK = block
+        shortlist.FRONT_BLOCK = block
     assert got == old_pareto_front(candidates, cost, gpus)
     assert all(type(i) is int for i in got)
 
@@ -471,7 +474,7 @@ def requests(draw) -> tuple[dict, list]:
     types = draw(st.lists(st.sampled_from(["v100", "k80", "a100", "p100", "tpu-x"]),
                           min_size=1, max_size=2, unique=True))  # fmt: skip
     pools = [
-        configs.GpuPool(
+        cands.GpuPool(
             gpu,
             gpus_per_node=draw(st.integers(1, 8)),
             nodes=draw(st.integers(1, 6)),
@@ -507,9 +510,9 @@ def _as_text(frame: pd.DataFrame, like: pd.DataFrame) -> pd.DataFrame:
 @given(request=requests(), sizes=st.lists(st.sampled_from([8, 32, 128]), min_size=1))
 def test_candidates_checked_once_are_the_rows_checked_one_by_one(model, request, sizes) -> None:
     job, pools = request
-    candidates = configs.enumerate_candidates(job, pools, sizes)
+    candidates = cands.enumerate_candidates(job, pools, sizes)
     want = _outcome(lambda: model._check_rows(candidates))
-    got = _outcome(lambda: configs.checked_candidates(candidates))
+    got = _outcome(lambda: cands.checked_candidates(candidates))
     if isinstance(want, tuple):
         assert got == want  # the same error, worded as before
         return
@@ -544,7 +547,7 @@ def test_recommendations_from_checked_candidates_are_the_checked_paths(
     def recommend(backend):
         return configs.recommend(
             job, pools, backend, local_batch_sizes=sizes, objective=objective,
-            work=configs.Work(samples=1e7), deadline_s=deadline, max_cost=max_cost,
+            work=scoring.Work(samples=1e7), deadline_s=deadline, max_cost=max_cost,
             top_k=top_k,
         )  # fmt: skip
 
@@ -562,8 +565,8 @@ def test_recommendations_from_checked_candidates_are_the_checked_paths(
         return
     pd.testing.assert_frame_equal(got.top, want.top, check_exact=True)
     # the top rows, made alone, are the rows of the whole scored frame
-    candidates = configs.enumerate_candidates(job, pools, sizes)
-    every = configs.score_candidates(candidates, ModelBackend(model), configs.Work(samples=1e7))
+    candidates = cands.enumerate_candidates(job, pools, sizes)
+    every = scoring.score_candidates(candidates, ModelBackend(model), scoring.Work(samples=1e7))
     key = ["gpu_type", "num_nodes", "num_gpus", "local_batch_size"]
     position = {row: i for i, row in enumerate(every[key].astype(object).itertuples(index=False))}
     at = [position[row] for row in want.top[key].astype(object).itertuples(index=False)]
@@ -641,7 +644,7 @@ def test_first_per_group_is_the_first_of_each_group_sorted(rows: list, grouped: 
     order = np.lexsort((np.arange(len(group)), keys[1], keys[0], group))
     firsts = np.ones(len(order), dtype=bool)
     firsts[1:] = group[order][1:] != group[order][:-1]
-    got = configs._first_per_group(group, keys)
+    got = shortlist._first_per_group(group, keys)
     np.testing.assert_array_equal(np.sort(got), np.sort(order[firsts]))
 
 
@@ -651,13 +654,13 @@ def test_first_per_group_is_the_first_of_each_group_sorted(rows: list, grouped: 
 )
 def test_leading_rows_hold_the_first_ones_sorted(rows: list, count: int) -> None:
     keys = [np.array([r[0] for r in rows]), np.array([r[1] for r in rows])]
-    got = configs._leading(keys, count)
+    got = shortlist._leading(keys, count)
     assert (np.diff(got) > 0).all()
     assert set(np.lexsort(keys[::-1])[:count].tolist()) <= set(got.tolist())
 
 
 def old_diverse_front(scored: pd.DataFrame, ranked: np.ndarray, top_k: int) -> np.ndarray:
-    """`configs._diverse_front` before `_ranked_for_front`: every feasible row ranked."""
+    """`front.diverse_front` before `ranked_for_front`: every feasible row ranked."""
     if len(ranked) <= 1:
         return np.arange(len(ranked))
     gpus = np.asarray(scored["num_gpus"], dtype=float)[ranked]
@@ -668,9 +671,9 @@ def old_diverse_front(scored: pd.DataFrame, ranked: np.ndarray, top_k: int) -> n
     # GPU types numbered in rank order (codes of the whole column first: no strings hashed)
     kind = pd.factorize(pd.factorize(scored["gpu_type"], use_na_sentinel=False)[0][ranked])[0]
     group = kind * (int(gpus.max()) + 1) + gpus.astype(np.int64)
-    candidates = configs._best_per_group(group, time, cost)
+    candidates = shortlist._best_per_group(group, time, cost)
     candidates = candidates[np.lexsort((gpus[candidates], cost[candidates], time[candidates]))]
-    front = configs._pareto_front(candidates, cost, gpus)
+    front = shortlist._pareto_front(candidates, cost, gpus)
     points = np.log(np.column_stack([time, cost, gpus])[front])
     span = np.ptp(points, axis=0)
     points = points / np.where(span > 0, span, 1.0)
@@ -781,10 +784,10 @@ def test_ranking_the_fronts_rows_chooses_what_ranking_all_chose(
         ]
     ranked = feasible[np.lexsort(keys[::-1])]
     expected = ranked[old_diverse_front(scored, ranked, top_k)]
-    every = configs.RANK_ALL_ROWS
+    every = shortlist.RANK_ALL_ROWS
     try:
-        configs.RANK_ALL_ROWS = len(rows) if rank_all else 0
-        few = feasible[configs._ranked_for_front(scored, feasible, keys, top_k)]
+        shortlist.RANK_ALL_ROWS = len(rows) if rank_all else 0
+        few = feasible[shortlist.ranked_for_front(scored, feasible, keys, top_k)]
     finally:
-        configs.RANK_ALL_ROWS = every
-    np.testing.assert_array_equal(few[configs._diverse_front(scored, few, top_k)], expected)
+        shortlist.RANK_ALL_ROWS = every
+    np.testing.assert_array_equal(few[shortlist.diverse_front(scored, few, top_k)], expected)

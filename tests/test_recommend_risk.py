@@ -10,11 +10,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from perfcast.optimizer import configs
+from perfcast.optimizer import candidates, configs, reasons, scoring
 
 BATCH = 32
-WORK = configs.Work(samples=3.2e6)
-POOL = configs.GpuPool("a100", gpus_per_node=8, nodes=1)
+WORK = scoring.Work(samples=3.2e6)
+POOL = candidates.GpuPool("a100", gpus_per_node=8, nodes=1)
 
 # (step time p10, p50, p90 in seconds, flags) per GPU count, at BATCH per GPU. 4 and 8 GPUs
 # have the same median throughput (1600 samples/s: 2000 s for WORK); 4 GPUs' step time is
@@ -44,7 +44,7 @@ class FakeBackend:
 
 
 class CheckedFakeBackend(FakeBackend):
-    """... that also predicts checked rows (`configs.CheckedRowsBackend`), flags a
+    """... that also predicts checked rows (`candidates.CheckedRowsBackend`), flags a
     categorical, as `predict_checked` answers."""
 
     def predict_checked(self, task: str, rows: pd.DataFrame) -> pd.DataFrame:
@@ -71,7 +71,7 @@ def _recommend(backend: FakeBackend, **kwargs) -> configs.Recommendation:
 def test_min_time_puts_the_measured_configuration_before_an_extrapolated_one_of_equal_p50(
     backend,
 ) -> None:
-    assert isinstance(backend, configs.CheckedRowsBackend) == hasattr(backend, "predict_checked")
+    assert isinstance(backend, candidates.CheckedRowsBackend) == hasattr(backend, "predict_checked")
     top = _recommend(backend, top_k=2).top
     # the same median time: the median (then fewer GPUs) would have put 4 GPUs first
     np.testing.assert_allclose(top["total_time_s"], [2000.0, 2000.0])
@@ -127,7 +127,7 @@ def test_no_efficiency_above_100_percent_is_shown() -> None:
     ],
 )
 def test_provenance_from_flags(flags, said) -> None:
-    assert configs._provenance(flags) == said
+    assert reasons._provenance(flags) == said
 
 
 def test_a_backend_without_flags_says_nothing_of_provenance() -> None:

@@ -25,7 +25,7 @@ from perfcast.datasets.contract import (
     validate_prediction_rows,
 )
 from perfcast.errors import ContractError, PerfcastError
-from perfcast.optimizer import configs
+from perfcast.optimizer import candidates
 from perfcast.serving.app import create_app
 from perfcast.serving.models import ServedModels
 from perfcast.serving.settings import Settings
@@ -261,9 +261,9 @@ def test_the_optimizer_builds_no_candidate_over_a_bound() -> None:
                                    (1, MAX_NODES + 1, "(num_nodes) must be <= 8192"),
                                    (64, 1025, "(num_gpus) must be <= 65536")]:  # fmt: skip
         with pytest.raises(PerfcastError, match=words.replace("(", r"\(").replace(")", r"\)")):
-            configs.GpuPool("v100", per_node, nodes)
-    pools = [configs.GpuPool("v100", 64, 1024)]
+            candidates.GpuPool("v100", per_node, nodes)
+    pools = [candidates.GpuPool("v100", 64, 1024)]
     with pytest.raises(PerfcastError, match="local_batch_size must be <= 65536"):
-        configs.enumerate_candidates({"job": "x"}, pools, [64, 2**20], [MAX_GPUS])
-    rows = configs.enumerate_candidates({"job": "x"}, pools, [MAX_LOCAL_BATCH_SIZE], [MAX_GPUS])
+        candidates.enumerate_candidates({"job": "x"}, pools, [64, 2**20], [MAX_GPUS])
+    rows = candidates.enumerate_candidates({"job": "x"}, pools, [MAX_LOCAL_BATCH_SIZE], [MAX_GPUS])
     assert rows["num_gpus"].max() == MAX_GPUS and rows["num_nodes"].max() == 1024

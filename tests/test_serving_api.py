@@ -30,7 +30,7 @@ from perfcast import datasets
 from perfcast.cli import app as perfcast_cli
 from perfcast.datasets.fetch import shared_data_available
 from perfcast.errors import ContractError
-from perfcast.optimizer import configs, elastic
+from perfcast.optimizer import candidates, configs, elastic, scoring
 from perfcast.predictor import DEFAULT_FAMILY
 from perfcast.predictor.backend import PredictionBackend
 from perfcast.serving.app import create_app
@@ -305,8 +305,8 @@ def test_client_is_a_prediction_backend_with_the_in_process_shapes(http, local, 
 
 
 def test_optimizer_gives_the_same_answer_over_http(http, local) -> None:
-    pools = [configs.GpuPool("v100", gpus_per_node=4, nodes=2)]
-    kwargs = {"local_batch_sizes": [64, 128], "work": configs.Work(samples=1e6), "top_k": 3}
+    pools = [candidates.GpuPool("v100", gpus_per_node=4, nodes=2)]
+    kwargs = {"local_batch_sizes": [64, 128], "work": scoring.Work(samples=1e6), "top_k": 3}
     over_http = configs.recommend(
         {"job": "vgg16"}, pools, PerfcastClient("http://testserver", http=http), **kwargs
     )

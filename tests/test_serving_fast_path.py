@@ -283,7 +283,7 @@ def test_recommend_from_checked_candidates_answers_as_checking_every_row(models,
     """`POST /v1/recommend` predicts the candidates of a checked request unchecked
     (`ServedModels.predict_checked`): the same answer, byte for byte, as checking each row,
     errors included."""
-    from perfcast.optimizer.configs import CheckedRowsBackend
+    from perfcast.optimizer.candidates import CheckedRowsBackend
     from perfcast.serving import schemas, service
 
     assert isinstance(models, CheckedRowsBackend)

@@ -341,13 +341,13 @@ def test_the_header_timeout_restarts_with_each_request_on_a_kept_connection(mode
 
 
 def test_recommend_answers_a_diverse_pareto_set_not_near_duplicates(models) -> None:
-    from perfcast.optimizer import configs
+    from perfcast.optimizer import candidates, configs, scoring
 
-    pools = [configs.GpuPool("v100", gpus_per_node=8, nodes=8, price_per_gpu_hour=2.48)]
-    kwargs = {"local_batch_sizes": [32, 64, 128], "work": configs.Work(samples=1e8), "top_k": 5}
+    pools = [candidates.GpuPool("v100", gpus_per_node=8, nodes=8, price_per_gpu_hour=2.48)]
+    kwargs = {"local_batch_sizes": [32, 64, 128], "work": scoring.Work(samples=1e8), "top_k": 5}
     top = configs.recommend({"job": "resnet18"}, pools, models, **kwargs).top
-    every = configs.score_candidates(
-        configs.enumerate_candidates({"job": "resnet18"}, pools, [32, 64, 128]),
+    every = scoring.score_candidates(
+        candidates.enumerate_candidates({"job": "resnet18"}, pools, [32, 64, 128]),
         models,
         kwargs["work"],
     )

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from perfcast.datasets.placements import even_placement
-from perfcast.optimizer import configs, elastic
+from perfcast.optimizer import candidates, elastic
 
 
 @settings(max_examples=60, deadline=None)
@@ -20,9 +20,9 @@ from perfcast.optimizer import configs, elastic
     counts=st.none() | st.lists(st.integers(1, 200), min_size=1, max_size=8),
 )
 def test_candidate_count_is_the_number_of_enumerated_rows(per_node, nodes, sizes, counts) -> None:
-    pools = [configs.GpuPool("v100", gpus_per_node=per_node, nodes=nodes)]
-    rows = configs.enumerate_candidates({"job": "x"}, pools, sizes, counts)
-    assert configs.candidate_count(pools, sizes, counts) == len(rows)
+    pools = [candidates.GpuPool("v100", gpus_per_node=per_node, nodes=nodes)]
+    rows = candidates.enumerate_candidates({"job": "x"}, pools, sizes, counts)
+    assert candidates.candidate_count(pools, sizes, counts) == len(rows)
 
 
 @settings(max_examples=60, deadline=None)
