@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint install clean
+.PHONY: run test lint duplicates install clean
 
 $(STAMP): pyproject.toml setup.py
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -27,6 +27,15 @@ test: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+
+# No block of 6 or more identical lines (imports, comments, docstrings and signatures aside) is
+# written twice across the package's modules (symilar compares files with each other): the second
+# copy belongs in one function both places call.
+PACKAGE_DIRS := perfcast datasets features predictor training optimizer scheduler serving
+duplicates: $(STAMP)
+	@out=$$(git ls-files $(foreach d,$(PACKAGE_DIRS),'$(d)/*.py') | xargs $(BIN)/symilar \
+		--duplicates=6 --ignore-comments --ignore-docstrings --ignore-imports \
+		--ignore-signatures) && echo "$$out" && echo "$$out" | grep -q ' duplicates=0 '
 
 clean:
 	rm -rf $(VENV) .pytest_cache mlruns build *.egg-info

@@ -77,10 +77,16 @@ class TaskPredictor(BaseEstimator, ABC):
     task: ClassVar[str]  # a name in the task registry; kind and targets are read from it
     kind: ClassVar[str]  # contract table the rows follow
     targets: ClassVar[tuple[str, ...]]
-    family: ClassVar[str]  # model family name, e.g. "gbm", "fcn", "rnn", "gnn"
     # whether each row's prediction depends on that row alone, so that `predict_columns` may
     # answer several groups (a micro-batch's requests) in one call
     rows_independent: ClassVar[bool] = False
+
+    model: str  # the model family, a parameter of every task's predictor
+
+    @property
+    def family(self) -> str:
+        """The model family name, e.g. "gbm", "fcn", "rnn", "gnn": the `model` parameter."""
+        return self.model
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)

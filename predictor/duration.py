@@ -43,10 +43,6 @@ class DurationPredictor(TaskPredictor):
         self.model = model
         self.random_state = random_state
 
-    @property
-    def family(self) -> str:  # type: ignore[override]
-        return self.model
-
     def _fit(self, rows: pd.DataFrame) -> Self:
         self.features_ = DurationFeatures().fit(rows)
         y = np.log(rows["duration_s"].to_numpy(dtype=float))

@@ -43,10 +43,6 @@ class InterferencePredictor(TaskPredictor):
         self.model = model
         self.random_state = random_state
 
-    @property
-    def family(self) -> str:  # type: ignore[override]
-        return self.model
-
     def _fit(self, rows: pd.DataFrame) -> Self:
         self.features_ = InterferenceFeatures().fit(rows)
         self.testbeds_ = set(_testbeds(rows)) - {""}

@@ -70,10 +70,6 @@ class QueryPredictor(TaskPredictor):
         self.epochs = epochs
         self.random_state = random_state
 
-    @property
-    def family(self) -> str:  # type: ignore[override]
-        return self.model
-
     def _inputs(self, rows: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
         X, log_base = plan_table(rows, self.rates_)
         if self.model in GRAPH_FAMILIES:

@@ -192,10 +192,6 @@ class RuntimePredictor(TaskPredictor):
         self.epochs = epochs
         self.random_state = random_state
 
-    @property
-    def family(self) -> str:  # type: ignore[override]
-        return self.model
-
     def _out_of_fold_base(self, ops: pd.DataFrame, groups: pd.Series, n_folds: int) -> np.ndarray:
         """Each training sample's log stage-1 base from an op model fitted without its group
         (`groups`: one value per sample, indexed by sample_id; NaN for all with one group)."""

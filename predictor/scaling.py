@@ -169,10 +169,6 @@ class ScalingPredictor(TaskPredictor):
         self.model = model
         self.random_state = random_state
 
-    @property
-    def family(self) -> str:  # type: ignore[override]
-        return self.model
-
     # -- fitting ----------------------------------------------------------------------------
 
     def _fit(self, rows: pd.DataFrame) -> Self:
