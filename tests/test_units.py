@@ -53,7 +53,7 @@ def test_chart_ticks_are_round_values_a_person_counts_in(lo, hi, seconds, shown)
 def test_log_ticks_for_durations_are_marks_a_person_knows() -> None:
     # the JCT axis, 35 s to 3.09e6 s, read "1e+063.09e+06"
     assert [duration(v) for v in log_ticks(35.0, 3.09e6, seconds=True)] == [
-        "60 s", "10 min", "60 min", "10 h", "24 h", "10 d",
+        "60 s", "10 min", "60 min", "24 h", "10 d",
     ]  # fmt: skip
     # too narrow for two marks: round steps inside the range instead of its raw ends
     assert [duration(v) for v in log_ticks(25.9 * 86400, 61 * 86400, seconds=True)] == [

@@ -14,7 +14,7 @@ import pandas as pd
 
 from perfcast.scheduler.core.jobs import JobStatus
 from perfcast.scheduler.sim.engine import SimResult
-from perfcast.units import duration, log_ticks, percent
+from perfcast.units import duration, log_ticks, number
 
 
 def job_table(result: SimResult) -> pd.DataFrame:
@@ -126,7 +126,7 @@ def plot_jct_cdf(results: dict[str, pd.DataFrame], path: Path, title: str) -> Pa
     ax.xaxis.set_major_locator(FixedLocator(marks))
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: duration(v)))
     ax.xaxis.set_minor_formatter(NullFormatter())
-    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: percent(v)))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{number(100 * v)}%"))
     ax.set_xlabel("job completion time (log scale)")
     ax.set_ylabel("jobs done")
     ax.set_title(title)
