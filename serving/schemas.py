@@ -541,7 +541,14 @@ class ModelInfo(_Model):
     version: str | None = None
     run_id: str | None = None
     trained_at: str | None = None
-    metrics: dict[str, float | None] = Field(default_factory=dict)
+    metrics: dict[str, float | None] = Field(
+        default_factory=dict,
+        description="first `by_source_*`: on sources it never saw (scaling: each cluster held "
+        "out in turn), what a new cluster should expect (`by_source_mape`, "
+        "`by_source_napkin_mape` perfect scaling's on the same rows, `by_source_coverage`, "
+        "`by_source_width` the median p90/p10); then `mape`, `interval_coverage`, ... on a "
+        "random held-out fifth of its training data, rows like the ones it learned from",
+    )
     reason: str | None = Field(default=None, description="why no model is loaded")
     warning: str | None = Field(
         default=None,

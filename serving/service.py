@@ -281,6 +281,12 @@ def observe(
     )
 
 
+def _by_source_first(metrics: dict) -> dict[str, float | None]:
+    """What a new cluster should expect (`by_source_*`) first, then rows like its training."""
+    ordered = sorted(metrics.items(), key=lambda kv: not kv[0].startswith("by_source_"))
+    return {k: _num(v) for k, v in ordered}
+
+
 def models_info(models: ServedModels) -> schemas.ModelsResponse:
     loaded = models.champions()
     infos = []
@@ -297,7 +303,7 @@ def models_info(models: ServedModels) -> schemas.ModelsResponse:
                 version=c.version,
                 run_id=c.run_id,
                 trained_at=c.trained_at,
-                metrics={k: _num(v) for k, v in c.metrics.items()},
+                metrics=_by_source_first(c.metrics),
                 warning=models.warning(task),
                 observed_rows=models.observed_rows(task)
                 if callable(getattr(c.predictor, "observe", None))

@@ -178,6 +178,9 @@ def test_models_page_leads_with_what_a_new_cluster_gets(server: str, browser) ->
     for key in ("by_source_mape", "by_source_napkin_mape", "by_source_coverage",
                 "by_source_width"):  # fmt: skip
         assert m.get(key) is not None, f"/v1/models lacks {key}: {sorted(m)}"
+    keys = list(m)  # /v1/models leads with them too
+    by_source = [k.startswith("by_source_") for k in keys]
+    assert by_source == sorted(by_source, reverse=True) and by_source[0], keys
     browser.get(f"{server}/ui/models")
     row = browser.find_element(By.CSS_SELECTOR, 'tr[data-task="scaling"]')
     cell = {c: row.find_element(By.CLASS_NAME, c) for c in (
