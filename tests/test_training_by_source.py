@@ -59,7 +59,7 @@ def test_the_models_page_and_api_lead_with_the_score_by_source(first) -> None:
     cell = page.split('class="num by-source"')[1].split("</td>")[0]
     assert f"{metrics['by_source_mape']:.1f}%" in cell and "perfect scaling" in cell
     header = page.split("<thead>")[1]
-    assert header.index("on a new cluster") < header.index("rows like its training")
+    assert header.index("on a new cluster") < header.index("on data like its training")
     assert "/tmp/" not in page and str(Path.home()) not in page  # no server path shown
 
 
@@ -90,3 +90,26 @@ def test_a_challenger_much_worse_on_random_rows_does_not_win_by_source() -> None
     kept, why = by_source.promotion({"by_source_mape": 29.0, "mape": 12.0}, champion)
     assert not kept and "10%" in why
     assert by_source.promotion({"mape": 5.0}, champion) is None  # no score by source: random
+
+
+def test_auto_chooses_the_family_by_source_and_says_so(monkeypatch) -> None:
+    """`--model auto` weighs the families on clusters they never saw (the champion's own test),
+    not on a random fold; the by-source figures of the one it chose are logged as worked out."""
+    calls = []
+
+    def scores(task, family, rows):
+        calls.append(family)
+        return {"by_source_mape": {"gbm": 20.0, "fcn": 40.0}[family], "by_source_coverage": 0.8}
+
+    def no_random_fold(*args, **kwargs):
+        raise AssertionError("auto validated on a random fold where a split by source exists")
+
+    monkeypatch.setattr(by_source, "scores", scores)
+    monkeypatch.setattr(trainer, "validate_families", no_random_fold)
+    result = trainer.train("scaling", DATA, model="auto")
+    said = "auto chose gbm (leave-one-cluster-out MAPE: gbm 20.0%, fcn 40.0%)"
+    assert result.family == "gbm" and said in result.notes
+    assert sorted(calls) == ["fcn", "gbm"]  # each family once: the choice's figures are reused
+    run = MlflowClient().get_run(result.run_id)
+    assert run.data.tags[trainer.AUTO_CHOICE_TAG] == said
+    assert run.data.metrics["by_source_mape"] == 20.0

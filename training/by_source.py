@@ -65,6 +65,7 @@ def scaling_scores(family: str, rows: pd.DataFrame) -> dict[str, float]:
 SCORERS: dict[str, Callable[[str, pd.DataFrame], dict[str, float]]] = {
     "scaling": scaling_scores,
 }
+SPLIT_NAMES = {"scaling": "leave-one-cluster-out"}  # how each scorer holds its sources out
 
 
 def scores(task: str, family: str, rows: pd.DataFrame) -> dict[str, float]:
@@ -73,6 +74,23 @@ def scores(task: str, family: str, rows: pd.DataFrame) -> dict[str, float]:
     scorer = SCORERS.get(task)
     found = scorer(family, rows) if scorer is not None else {}
     return {f"{PREFIX}{name}": value for name, value in found.items()}
+
+
+def choose(
+    task: str, families: tuple[str, ...], rows: pd.DataFrame, step: Callable[[str], None]
+) -> dict[str, dict[str, float]] | None:
+    """`--model auto` by source: each family's by-source metrics (`scores`) on `rows`, the
+    family to choose being the one with the lowest `by_source_mape`; None where the task or
+    the data has no split by source (auto then validates on random rows)."""
+    if task not in SCORERS:
+        return None
+    found = {}
+    for i, family in enumerate(families, 1):
+        step(f"auto: {family} on each source held out ({i}/{len(families)})")
+        found[family] = scores(task, family, rows)
+        if not np.isfinite(found[family].get(f"{PREFIX}mape", np.nan)):
+            return None
+    return found
 
 
 def promotion(challenger: dict[str, float], champion: dict[str, float]) -> tuple[bool, str] | None:

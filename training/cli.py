@@ -25,7 +25,7 @@ SPLIT_HELP = "Held-out split: random, job, gpu_type, ... (an unknown name lists 
 MODEL_HELP = (
     "Model family, per task: "
     + "; ".join(f"{task} {'|'.join(names)}" for task, names in FAMILIES.items())
-    + "; or auto (chosen by validation)."
+    + "; or auto (chosen by source where the data has sources, else by validation)."
 )
 
 

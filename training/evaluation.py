@@ -95,10 +95,10 @@ def choose_family(
     return best_family(validate_families(task, kind, rows, families, step))
 
 
-def describe_choice(scores: dict[str, float]) -> str:
+def describe_choice(scores: dict[str, float], what: str = "validation MAPE") -> str:
     """`auto chose gbm (validation MAPE: gbm 7.8%, fcn 12%)`."""
     shown = ", ".join(f"{family} {pct(mape)}" for family, mape in scores.items())
-    return f"auto chose {best_family(scores)} (validation MAPE: {shown})"
+    return f"auto chose {best_family(scores)} ({what}: {shown})"
 
 
 def describe_folds(chosen: list[str]) -> str:

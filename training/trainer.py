@@ -118,6 +118,7 @@ class TrainResult:
 
 DATA_ORIGIN_TAG = "perfcast.data_origin"  # e.g. pollux-scaling:embedded,gavel-scaling:present
 PROMOTION_TAG = "perfcast.promotion"  # the promotion line, on the run and its model version
+AUTO_CHOICE_TAG = "perfcast.auto_choice"  # `--model auto`: which family and on what evidence
 
 # told when a stage of a training starts: ("data" | "choose" | "fit" | "score" | "register" |
 # "compare", what it does), to show progress; a stage ends when the next one starts
@@ -170,12 +171,21 @@ def _train(task: str, data: str, model: str, split: str, stage: Stage) -> TrainR
     rows = load_rows(task, data)
     train_rows, test_rows = holdout(rows, kind, split)
     notes = []
-    family = model
+    family, chosen_by_source = model, None
     if model == "auto":
+        # chosen as the champion is: by how each family does on sources it never saw, where the
+        # task's data has a split by source; else on a random validation fold
         stage("choose", f"auto: validating {', '.join(FAMILIES[task])}")
-        scores = validate_families(task, kind, train_rows, step=lambda what: stage("choose", what))
+        step = lambda what: stage("choose", what)  # noqa: E731
+        chosen_by_source = by_source.choose(task, FAMILIES[task], rows, step)
+        if chosen_by_source is not None:
+            scores = {f: m[f"{by_source.PREFIX}mape"] for f, m in chosen_by_source.items()}
+            what = f"{by_source.SPLIT_NAMES[task]} MAPE"
+        else:
+            scores = validate_families(task, kind, train_rows, step=step)
+            what = "validation MAPE"
         family = best_family(scores)
-        notes.append(describe_choice(scores))
+        notes.append(describe_choice(scores, what))
     model_store.configure()
     model_store.close_orphaned_runs()
     with mlflow.start_run(run_name=f"{task}-{family}") as run:
@@ -192,9 +202,13 @@ def _train(task: str, data: str, model: str, split: str, stage: Stage) -> TrainR
         fit_s = time.perf_counter() - start
         stage("score", f"on {len(test_rows):,} held-out rows")
         metrics = {**score(predictor, test_rows), "fit_s": fit_s}
-        if task in by_source.SCORERS:
+        if chosen_by_source is not None:  # worked out while choosing
+            metrics.update(chosen_by_source[family])
+        elif task in by_source.SCORERS:
             stage("by source", f"{family} on each source held out (what a new cluster gets)")
             metrics.update(by_source.scores(task, family, rows))
+        if model == "auto":
+            mlflow.set_tag(AUTO_CHOICE_TAG, notes[0])
         mlflow.log_metrics(metrics)
         # what the fit chose for itself on held-out groups (the graph networks' epochs)
         chosen = getattr(getattr(predictor, "regressor_", None), "chosen_", None) or {}
