@@ -1,7 +1,8 @@
 """Write one section of docs/BENCHMARKS.md, leaving the other benchmarks' sections alone.
 
 Each benchmark script owns the text between `<!-- BEGIN name -->` and `<!-- END name -->`;
-the section always starts with the command that produced it.
+the section always starts with the command that produced it. Every write also wraps the prose
+at 100 columns and makes the summary at the top anew from the sections (benchmarks/summary.py).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import psutil
 
+from benchmarks.summary import with_summary
 from perfcast.atomic import atomic_write_text
 
 BENCHMARKS_MD = Path(__file__).resolve().parent.parent / "docs" / "BENCHMARKS.md"
@@ -42,4 +44,4 @@ def write_section(name: str, title: str, command: str, body: str) -> Path:
         rf"<!-- BEGIN {re.escape(name)} -->.*?<!-- END {re.escape(name)} -->", re.S
     )
     text = pattern.sub(lambda _: section, text) if pattern.search(text) else f"{text}\n{section}\n"
-    return atomic_write_text(BENCHMARKS_MD, text)
+    return atomic_write_text(BENCHMARKS_MD, with_summary(text))

@@ -1,0 +1,39 @@
+"""docs/BENCHMARKS.md reads as a page, not a lab notebook: it opens with the summary of its
+headline figures, made from the sections as they stand (so it cannot drift from them), every
+headline is found in its section, and its prose is wrapped (no line a reader scrolls for)."""
+
+from __future__ import annotations
+
+from benchmarks.report import BENCHMARKS_MD
+from benchmarks.summary import HEADLINES, missing, render, sections, with_summary
+
+
+def test_the_summary_is_made_from_the_sections_as_they_stand() -> None:
+    text = BENCHMARKS_MD.read_text()
+    assert text.index("<!-- BEGIN summary -->") < text.index("<!-- BEGIN optimizer -->")
+    assert with_summary(text) == text, "run `python -m benchmarks.summary`"
+    assert missing(text) == []
+
+
+def test_each_headline_links_to_the_section_it_reads() -> None:
+    text = BENCHMARKS_MD.read_text()
+    summary, found = render(text), sections(text)
+    for i, h in enumerate(HEADLINES, 1):
+        heading = next(line for line in found[h.section].splitlines() if line.startswith("## "))
+        slug = heading[3:].lower().replace(" ", "-")
+        assert f"[{i}]: #{''.join(c for c in slug if c.isalnum() or c in '-_')}" in summary
+
+
+def test_a_headline_gone_from_its_section_shows_as_missing() -> None:
+    text = BENCHMARKS_MD.read_text().replace("| leave one cluster out | gbm |", "| gone | gbm |")
+    assert any("scaling, a cluster never seen" in gone for gone in missing(text))
+    assert "| missing |" in render(text)
+
+
+def test_no_prose_line_is_longer_than_a_page_is_wide() -> None:
+    long = [
+        line[:60]
+        for line in BENCHMARKS_MD.read_text().splitlines()
+        if len(line) > 200 and not line.startswith("|")
+    ]
+    assert long == []
