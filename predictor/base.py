@@ -23,8 +23,7 @@ from perfcast.predictor.tasks import TASK_SPECS
 # The shape of the predictors' learned state. Bump it whenever a change to a predictor or its
 # features would make a model saved by an earlier perfcast unreadable or wrong: champions saved
 # in another format are not loaded (training/model_store.py), and the next training replaces them.
-# 18: query models flag what their training did not cover, duration models a new trace;
-# 17: the registry records each model's sha256 and loads only files that match it.
+# What each bump changed: CHANGELOG.md, "Model formats".
 MODEL_FORMAT = 18
 
 # What a model knows of a prediction row: `predict_interval` frames carry a string column
