@@ -11,6 +11,7 @@
 4. `reasons`: one line each on why it was chosen.
 Everything after the prediction is column arithmetic on 10^5-10^6 candidates.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
