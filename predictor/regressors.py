@@ -461,8 +461,11 @@ class ConformalQuantiles(BaseEstimator):
         return self
 
     def predict_quantiles(self, X: pd.DataFrame | list) -> tuple[np.ndarray, ...]:
+        """The heads moved out by the margin, and at least the margin on each side of the
+        median where the heads cross it (p10 < p50 < p90 on every row: a crossed p10 clipped
+        to the median answered p10 == p50 on some of Gavel's training pairs; issue 37)."""
         lo, mid, hi = self.regressor_.predict_quantiles(X)
-        return np.minimum(lo - self.margin_, mid), mid, np.maximum(hi + self.margin_, mid)
+        return np.minimum(lo, mid) - self.margin_, mid, np.maximum(hi, mid) + self.margin_
 
 
 def make_regressor(family: str, **params: object) -> ConformalQuantiles:

@@ -94,6 +94,39 @@ def scaling_model_without_k80_multi():
     return make_predictor("scaling", "gbm").fit(rows[~k80])
 
 
+# the runtime model of tests/test_runtime_unseen.py: five devices, one model held out
+RUNTIME_HELD_MODEL = "gpt2_large"
+RUNTIME_TRAIN_DEVICES = (
+    "AMD_Instinct_MI100",
+    "AMD_Instinct_MI210",
+    "NVIDIA_A100-PCIE-40GB",
+    "Tesla_V100-PCIE-32GB",
+    "Tesla_T4",
+)
+
+
+@functools.cache
+def runtime_model_without_a_model():
+    """A gbm runtime model fitted on NeuSight's graphs of RUNTIME_TRAIN_DEVICES less
+    RUNTIME_HELD_MODEL's; shared (read only) by the tests of unseen models and devices and the
+    flag properties: one fit, the slowest of the runtime tests, for all of them."""
+    graphs = datasets.load("neusight-graphs")
+    train = graphs["device"].isin(RUNTIME_TRAIN_DEVICES) & (graphs["model"] != RUNTIME_HELD_MODEL)
+    return make_predictor("runtime", "gbm").fit(graphs[train])
+
+
+@functools.cache
+def spark_query_model(every: int = 5):
+    """(a gbm query model, the queries and the scale it never saw): fitted on Decima's Spark
+    TPC-H runs less every `every`-th query and the largest scale; shared (read only) by the
+    query flag tests."""
+    spark = datasets.load("decima-tpch-stages")
+    queries = sorted(spark["query"].unique())[::every]
+    largest = float(spark["scale_factor"].max())
+    train = spark[~spark["query"].isin(queries) & (spark["scale_factor"] < largest)]
+    return make_predictor("query", "gbm").fit(train), queries, largest
+
+
 _GAVEL_NAME = re.compile(r"^(?P<job>.+) \(batch size (?P<bs>\d+)\)$")
 
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import spark_query_model
 
 from perfcast import datasets
 from perfcast.datasets.fetch import shared_data_available
-from perfcast.predictor import make_predictor
 
 pytestmark = pytest.mark.skipif(
     not shared_data_available(), reason="the public datasets are not available"
@@ -25,16 +25,14 @@ def spark() -> pd.DataFrame:
 
 
 @pytest.fixture(scope="module")
-def held_out(spark: pd.DataFrame) -> tuple[list[str], float]:
-    queries = sorted(spark["query"].unique())
-    return queries[::5], float(spark["scale_factor"].max())
+def held_out() -> tuple[list[str], float]:
+    _, queries, largest = spark_query_model()
+    return queries, largest
 
 
 @pytest.fixture(scope="module")
-def model(spark: pd.DataFrame, held_out):
-    queries, largest = held_out
-    train = spark[~spark["query"].isin(queries) & (spark["scale_factor"] < largest)]
-    return make_predictor("query", "gbm").fit(train)
+def model():
+    return spark_query_model()[0]  # shared with tests/test_flag_properties.py
 
 
 def _truth(rows: pd.DataFrame) -> pd.Series:

@@ -9,28 +9,26 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import requires_data
+from conftest import (
+    RUNTIME_HELD_MODEL,
+    RUNTIME_TRAIN_DEVICES,
+    requires_data,
+    runtime_model_without_a_model,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from perfcast import datasets
 from perfcast.features.devices import SPEC_COLUMNS, fill_specs
 from perfcast.features.graphs import op_table, sample_table, samples
-from perfcast.predictor import make_predictor
 from perfcast.predictor.runtime import _measured_slower_pairs, _monotonic
 
 pytestmark = requires_data
 torch.set_num_threads(1)
 _FIXTURES = [HealthCheck.function_scoped_fixture]
 
-HELD_MODEL = "gpt2_large"
-TRAIN_DEVICES = [
-    "AMD_Instinct_MI100",
-    "AMD_Instinct_MI210",
-    "NVIDIA_A100-PCIE-40GB",
-    "Tesla_V100-PCIE-32GB",
-    "Tesla_T4",
-]
+HELD_MODEL = RUNTIME_HELD_MODEL
+TRAIN_DEVICES = list(RUNTIME_TRAIN_DEVICES)
 NEW_DEVICE = "NVIDIA_H100_80GB_HBM3"
 # devices a request may name: trained, measured but not trained, and datasheet-only
 REQUEST_DEVICES = [*TRAIN_DEVICES, NEW_DEVICE, "a10", "l4", "rtx4090", "a100-sxm4-80gb", "p40"]
@@ -42,9 +40,8 @@ def graphs() -> pd.DataFrame:
 
 
 @pytest.fixture(scope="module")
-def model(graphs: pd.DataFrame):
-    train = graphs["device"].isin(TRAIN_DEVICES) & (graphs["model"] != HELD_MODEL)
-    return make_predictor("runtime", "gbm").fit(graphs[train])
+def model():
+    return runtime_model_without_a_model()  # shared with tests/test_flag_properties.py
 
 
 def _mape(predicted: pd.Series, truth: pd.Series) -> float:
