@@ -4,16 +4,23 @@ run, plus prediction speed. Writes one section per task,
 
     .venv/bin/python -m benchmarks.accuracy [--quick] [--task scaling] [--split cluster]
 
+Every task is also measured split by source (leave one cluster / GPU / workload / trace /
+query out, and each query engine's largest scale), and under each task's table a per-flag
+table says how many held-out rows each flag marked and the error of the flagged rows beside
+the unflagged ones (a flag that marks the rows it should costs error where it fires).
+
 Baselines: train mean (every task); perfect linear scaling from one GPU (scaling: the job's
 one-GPU step time at the same local batch, i.e. no synchronization cost); roofline (runtime:
 sum of per-node roofline times times the median latency/roofline ratio of the training
 samples; the per-op model alone, NeuSight's method: each op's latency from its roofline, summed
-over the graph); no interference (speed = 1.0).
+over the graph); no interference (speed = 1.0); query: the train median and the physical
+base alone (`QueryPredictor.base_ms`).
 """
 
 from __future__ import annotations
 
 import argparse
+import textwrap
 import time
 
 import numpy as np
@@ -24,11 +31,12 @@ from benchmarks.report import write_section
 from perfcast import datasets
 from perfcast.datasets.splits import folds
 from perfcast.features.graphs import op_table, sample_table, samples
+from perfcast.features.plans import PlanRates
 from perfcast.predictor import make_predictor
+from perfcast.predictor.backend import PER_SAMPLE_TASKS
 from perfcast.predictor.runtime import OpLatencyModel
 from perfcast.predictor.scaling import one_gpu_seconds
 from perfcast.training.by_source import leave_one_cluster_out_folds
-from perfcast.training.evaluation import truth_and_predictions
 from perfcast.training.metrics import narrowest_width, regression_metrics
 
 SCALING_DATA = ["pollux-scaling", "gavel-scaling", "muri-scaling", "sia-scaling"]
@@ -88,6 +96,30 @@ def by_source_interference(gavel: pd.DataFrame, measured: pd.DataFrame):
     return rows, [(np.arange(len(gavel)), np.arange(len(gavel), len(rows)))]
 
 
+INTERFERENCE_DATA = ["gavel-interference", "measured-cpu-colocation", "measured-h100-colocation"]
+
+
+def _interference_rows() -> pd.DataFrame:
+    """Every co-location dataset, each row with its dataset as `dataset`."""
+    return pd.concat(
+        [datasets.load(name).assign(dataset=name) for name in INTERFERENCE_DATA],
+        ignore_index=True,
+    )
+
+
+def leave_one_workload_out_folds(rows: pd.DataFrame):
+    """Interference on a workload never seen: for each workload, its pairs (either side) as the
+    test, the pairs without it as the training (`folds(..., "workload")` with one workload per
+    fold). Yields (train, test, the held-out workload's dataset), so the table shows each
+    source pooled over its workloads."""
+    jobs = set(rows["a_job"].astype(str)) | set(rows["b_job"].astype(str))
+    for train, test in folds(rows, "interference", "workload", n_folds=len(jobs)):
+        yield train, test, str(rows["dataset"].iloc[test].mode().iloc[0])
+
+
+QUERY_DATA = {"DuckDB": "measured-cpu-tpch-sweep", "Spark": "decima-tpch-stages"}
+
+
 def leave_one_device_out_folds(graphs: pd.DataFrame):
     """Runtime's headline: a device never seen. For each device: train on every other
     device's samples, test on its own. Yields (train, test, device), so the table shows which
@@ -143,7 +175,8 @@ def new_job_folds(rows: pd.DataFrame, n_folds: int = 5):
 
 
 def baselines(task: str, train: pd.DataFrame, test: pd.DataFrame) -> dict[str, np.ndarray]:
-    """Baseline predictions aligned with `truth_and_predictions` order."""
+    """Baseline predictions aligned with `held_out` order: an array, or a (3, n) array of p50,
+    p10 and p90 for a baseline with an interval."""
     if task == "scaling":
         mean = np.full(len(test), train["step_time_s"].mean())
         t1 = one_gpu_seconds(train, test)
@@ -169,11 +202,55 @@ def baselines(task: str, train: pd.DataFrame, test: pd.DataFrame) -> dict[str, n
                 per_op.predict_log_sum(op_table(test), samples(test).index)
             ),
         }
+    if task == "query":
+        truth = _run_times(test)
+        base = PlanRates().fit(train).base_ms(test).reindex(truth.index)
+        return {
+            "train median": np.full(len(truth), _run_times(train).median()),
+            "physical base alone": base.to_numpy(dtype=float),
+        }
     n = len(test)
+    log_duration = np.log(train["duration_s"].to_numpy(dtype=float))  # as DurationPredictor
+    p10, p50, p90 = np.exp(np.quantile(log_duration, [0.1, 0.5, 0.9]))
     return {
         "train mean": np.full(n, train["duration_s"].mean()),
-        "train median": np.full(n, train["duration_s"].median()),
+        # with the training durations' own p10-p90 as its interval: the width never to pass
+        "train median": np.stack([np.full(n, p50), np.full(n, p10), np.full(n, p90)]),
     }
+
+
+def _run_times(rows: pd.DataFrame) -> pd.Series:
+    """A plan table's end-to-end time per run (sample_id), in first-seen order."""
+    return rows.drop_duplicates("sample_id").set_index("sample_id")["e2e_latency_ms"]
+
+
+def held_out(predictor, rows: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame]:
+    """(true values, predicted y, y_p10, y_p90 and flags) flattened over targets as
+    `training.evaluation.truth_and_predictions` does (interference: both jobs' speeds; runtime
+    and query: one row per run), each row keeping its flags ("" where none)."""
+    out = predictor.predict_interval(rows)
+    flags = out["flags"] if "flags" in out.columns else pd.Series("", index=out.index)
+    flags = flags.fillna("").astype(str).to_numpy()
+    if predictor.task in PER_SAMPLE_TASKS:
+        if predictor.task == "query":
+            truth = _run_times(rows).reindex(out.index).to_numpy(dtype=float)
+        else:
+            truth = samples(rows)["e2e_latency_ms"].reindex(out.index).to_numpy(dtype=float)
+        target = predictor.targets[0]
+        parts, truths, flag_parts = (
+            [out[[target, f"{target}_p10", f"{target}_p90"]]],
+            [truth],
+            [flags],
+        )
+    else:
+        parts = [out[[t, f"{t}_p10", f"{t}_p90"]] for t in predictor.targets]
+        truths = [rows[t].to_numpy(dtype=float) for t in predictor.targets]
+        flag_parts = [flags] * len(predictor.targets)
+    predicted = pd.concat(
+        [part.set_axis(["y", "y_p10", "y_p90"], axis=1) for part in parts], ignore_index=True
+    )
+    predicted["flags"] = np.concatenate(flag_parts)
+    return np.concatenate(truths), predicted
 
 
 def run_case(
@@ -195,33 +272,85 @@ def run_case(
             if len(label) > 1:  # measured step times observed after the fit
                 predictor.observe(rows.iloc[label[1]])
             fit_s[family] += time.perf_counter() - start
-            truth, predicted = truth_and_predictions(predictor, test)
+            truth, predicted = held_out(predictor, test)
             preds[family].append(predicted)
         truths.append(truth)
         labels.append(label[0] if label else None)
         for name, values in baselines(task, train, test).items():
             base.setdefault(name, []).append(values)
-    groups = [(split, slice(None))]
-    if any(label is not None for label in labels):
-        ends = np.cumsum([len(t) for t in truths])
-        groups += [
-            (f"{split}: {label}", slice(end - len(t), end))
-            for label, t, end in zip(labels, truths, ends, strict=True)
-        ]
+    fold_of = np.repeat(np.arange(len(truths)), [len(t) for t in truths])
+    everything = np.ones(len(fold_of), dtype=bool)
+    groups = [(split, everything)]
+    # a label held out in several folds (e.g. the workloads of one dataset) is pooled
+    for label in dict.fromkeys(label for label in labels if label is not None):
+        chosen = [i for i, other in enumerate(labels) if other == label]
+        groups.append((f"{split}: {label}", np.isin(fold_of, chosen)))
     y_all = np.concatenate(truths)
-    out = []
+    out, flagged = [], []
     for name, part in groups:
         y = y_all[part]
+        baseline_values = {b: np.concatenate(v, axis=-1)[..., part] for b, v in base.items()}
         for family in families:
-            p = pd.concat(preds[family], ignore_index=True).iloc[part]
+            p = pd.concat(preds[family], ignore_index=True)[part]
             m = regression_metrics(y, p["y"], p["y_p10"], p["y_p90"])
             out.append({"task": task, "split": name, "model": family, **m,
                         "median_p90_p10": float(np.median(p["y_p90"] / p["y_p10"])),
                         "narrowest_p90_p10": narrowest_width(y, p["y"], INTERVAL_TARGET[0]),
-                        "fit_s": fit_s[family] if part == slice(None) else np.nan})  # fmt: skip
-        for baseline, values in base.items():
-            out.append({"task": task, "split": name, "model": f"baseline: {baseline}",
-                        **regression_metrics(y, np.concatenate(values)[part])})  # fmt: skip
+                        "fit_s": fit_s[family] if part is everything else np.nan})  # fmt: skip
+            if part is everything:
+                flagged.extend(flag_rows(task, split, family, y, p, baseline_values))
+        for baseline, values in baseline_values.items():
+            row = {"task": task, "split": name, "model": f"baseline: {baseline}"}
+            if values.ndim == 2:  # p50, p10, p90
+                row.update(regression_metrics(y, *values))
+                row["median_p90_p10"] = float(np.median(values[2] / values[1]))
+            else:
+                row.update(regression_metrics(y, values))
+            out.append(row)
+    return out, flagged
+
+
+# The baseline each task's flagged rows are compared with (the napkin answer of that task).
+FLAG_BASELINE = {
+    "scaling": "linear scaling from 1 GPU",
+    "interference": "no interference (1.0)",
+    "runtime": "per-op model summed (NeuSight-style)",
+    "duration": "train median",
+    "query": "train median",
+}
+
+
+def flag_rows(
+    task: str, split: str, family: str, y: np.ndarray, p: pd.DataFrame, base: dict
+) -> list[dict]:
+    """One row per flag raised on the held-out rows (and one for the rows with none): how many
+    rows, their error, coverage and width, and the task's napkin baseline's error on the same
+    rows, beside the error of the rows without that flag."""
+    flags = p["flags"].to_numpy(dtype=str)
+    tokens = sorted({t for f in set(flags) for t in f.split(",") if t})
+    napkin = base.get(FLAG_BASELINE[task])
+    if napkin is not None and napkin.ndim == 2:
+        napkin = napkin[0]
+    out = []
+    for token in [*tokens, ""]:
+        raised = np.array([token in f.split(",") for f in flags]) if token else flags == ""
+        if not raised.any():  # (every row flagged: the flag's share says so)
+            continue
+        row = {"task": task, "split": split, "model": family, "flag": token or "(none)",
+               "n": int(raised.sum()), "share": float(raised.mean())}  # fmt: skip
+        for side, rows_ in (("flagged", raised), ("unflagged", ~raised)):
+            if rows_.any():
+                q = p[rows_]
+                m = regression_metrics(y[rows_], q["y"], q["y_p10"], q["y_p90"])
+                row[f"{side}_mape"], row[f"{side}_mae"] = m["mape"], m["mae"]
+                row[f"{side}_coverage"] = m["interval_coverage"]
+        if raised.any():
+            q = p[raised]
+            row["flagged_width"] = float(np.median(q["y_p90"] / q["y_p10"]))
+            if napkin is not None:
+                napkin_m = regression_metrics(y[raised], napkin[raised])
+                row["napkin_mape"], row["napkin_mae"] = napkin_m["mape"], napkin_m["mae"]
+        out.append(row)
     return out
 
 
@@ -245,7 +374,7 @@ def main() -> None:
     )
     parser.add_argument(
         "--task",
-        choices=["scaling", "interference", "runtime", "duration"],
+        choices=["scaling", "interference", "runtime", "duration", "query"],
         help="only this task's cases (its section of docs/BENCHMARKS.md)",
     )
     parser.add_argument(
@@ -275,6 +404,8 @@ def main() -> None:
     by_h100, by_h100_folds = by_source_interference(
         interference, datasets.load("measured-h100-colocation")
     )
+    colocation = _interference_rows()
+    plans = {engine: datasets.load(name) for engine, name in QUERY_DATA.items()}
     cases = [
         ("scaling", "scaling", scaling, "leave one cluster out", clusters,
          leave_one_cluster_out_folds(scaling)),
@@ -296,6 +427,8 @@ def main() -> None:
          by_source_folds),
         ("interference", "interference", by_h100, "by source: gavel -> measured-h100", tab,
          by_h100_folds),
+        ("interference", "interference", colocation, "leave one workload out", tab,
+         leave_one_workload_out_folds(colocation)),
         ("runtime", "graph", graphs, "random", graph[:1] if args.quick else graph,
          folds(graphs, "graph", "random")),
         ("runtime", "graph", graphs, "leave one GPU out", graph,
@@ -310,17 +443,27 @@ def main() -> None:
         ("duration", "trace", philly, "random", tab, folds(philly, "trace", "random", n_folds=3)),
         ("duration", "trace", traces, "leave one trace out", tab,
          leave_one_trace_out_folds(traces)),
+        *[case for engine, plan in plans.items() for case in (
+            ("query", "plan", plan, f"{engine}: leave one query out", ("gbm",),
+             folds(plan, "plan", "query")),
+            ("query", "plan", plan, f"{engine}: largest scale out", ("gbm",),
+             folds(plan, "plan", "scale")),
+        )],
     ]  # fmt: skip
     if args.task:
         cases = [case for case in cases if case[0] == args.task]
     if args.split:
         cases = [case for case in cases if args.split in case[3]]
-    results = []
+    results, flagged = [], []
     for task, kind, rows, split, families, fold_iter in track(cases, description="accuracy"):
         params = graph_params if task == "runtime" else None
-        results.extend(run_case(task, kind, rows, split, families, fold_iter, params))
+        scores, flags = run_case(task, kind, rows, split, families, fold_iter, params)
+        results.extend(scores)
+        flagged.extend(flags)
     table = pd.DataFrame(results)
+    flag_table = pd.DataFrame(flagged)
     print(table.drop(columns=["rmse", "r2"], errors="ignore").to_string())
+    print("\n".join(_flag_lines(flag_table)))
     if args.split:
         return
     data = {
@@ -330,6 +473,7 @@ def main() -> None:
         "runtime": "neusight-graphs",
         "duration": "pollux-philly; for leave one trace out "
         f"{TRACE_ROWS:,} jobs of each of " + ", ".join(TRACES),
+        "query": ", ".join(f"{name} ({engine})" for engine, name in QUERY_DATA.items()),
     }
     for task, part in table.groupby("task", sort=False):
         speeds = [
@@ -344,10 +488,15 @@ def main() -> None:
             + "\n".join(_table_lines(part))
             + (_scaling_losses(part) if task == "scaling" else "")
             + (_losses(part, "mae", "MAE") if task == "interference" else "")
-            + (_losses(part, "mape", "% MAPE") if task in ("runtime", "duration") else "")
+            + (_losses(part, "mape", "% MAPE") if task in ("runtime", "duration", "query") else "")
+            + (_duration_targets(part) if task == "duration" else "")
+            + (_interference_targets(part) if task == "interference" else "")
+            + (_query_targets(part) if task == "query" else "")
+            + _flag_section(flag_table[flag_table["task"] == task] if len(flag_table) else None)
             + ("\n\nBatch prediction speed (2 cores, includes contract validation and "
                "features):\n" + "\n".join(speeds) if speeds else "")
         )  # fmt: skip
+        body = _wrap(body)
         command = f"python -m benchmarks.accuracy --task {task}" + (
             " --quick" if args.quick else ""
         )
@@ -368,7 +517,9 @@ SPLITS = {
     "interference": "Metrics pooled over the folds (random: 5-fold; job: 5 groups of "
     "workloads, both jobs of a test pair unseen; by source: trained on every Gavel pair, tested "
     "on the 7 CPU pairs or the 10 H100 pairs (two processes, no MPS) measured here, every "
-    "workload new). Both jobs' speeds count as rows. "
+    "workload new; leave one workload out: every workload of the three datasets once, its pairs "
+    "(either side) tested, the pairs without it in training, pooled then per dataset of the "
+    "held-out workload). Both jobs' speeds count as rows. "
     "Width: the median p90/p10 of the predicted intervals.",
     "runtime": "Metrics pooled over the folds (random: 5-fold; leave one GPU out: every device "
     "once, pooled then per held-out device; leave one model out: every model once, gbm alone, "
@@ -379,7 +530,13 @@ SPLITS = {
     f"rows' held-out devices; with --quick rnn and gnn train {QUICK_EPOCHS} epochs instead.",
     "duration": "Metrics pooled over the folds (random: 3-fold; leave one trace out: each "
     "cluster's trace tested with the other three in training, pooled then per trace). Width: "
-    "the median p90/p10 of the predicted intervals.",
+    "the median p90/p10 of the predicted intervals; the train median's is the training "
+    "durations' own p10-p90.",
+    "query": "Metrics pooled over the folds, one row per run (leave one query out: 5 folds "
+    "over the queries, every query predicted by a model that never saw it; largest scale out: "
+    "each engine's largest input scale predicted from its smaller ones). gbm alone here; every "
+    "family: `python -m benchmarks.query`. Width: the median p90/p10 of the predicted "
+    "intervals.",
 }
 
 
@@ -443,6 +600,142 @@ def _scaling_losses(table: pd.DataFrame) -> str:
         f"calibration of that p50 meets the target, only a better p50 can:\n"
     )
     return losses + (head + "\n".join(targets) if targets else "")
+
+
+# issue 37's targets on the held-out sources
+INTERFERENCE_TARGET = 0.75  # leave-one-workload-out MAE at most this times "1.0"'s
+QUERY_TARGET = (8.0, 1.6)  # MAPE %, median p90/p10 (coverage: INTERVAL_TARGET's band)
+
+
+def _met(ok: bool) -> str:
+    return "met" if ok else "**missed**"
+
+
+def _in_band(coverage: float) -> bool:
+    return INTERVAL_TARGET[0] <= coverage <= INTERVAL_TARGET[1]
+
+
+def _interference_targets(table: pd.DataFrame) -> str:
+    """Leave one workload out, pooled and per dataset: MAE against INTERFERENCE_TARGET times
+    the no-interference answer's, coverage in INTERVAL_TARGET's band."""
+    lines = []
+    for split, rows in table[table["split"].str.startswith("leave one workload out")].groupby(
+        "split", sort=False
+    ):
+        one = rows.loc[rows["model"] == "baseline: no interference (1.0)", "mae"].iloc[0]
+        for r in rows[~rows["model"].str.startswith("baseline")].itertuples():
+            lines.append(
+                f'- {split}, {r.model}: MAE {r.mae:.3f} = {r.mae / one:.2f}x "1.0"\'s {one:.3f} '
+                f"({_met(r.mae <= INTERFERENCE_TARGET * one)}); coverage {r.interval_coverage:.0%} "
+                f"({_met(_in_band(r.interval_coverage))})"
+            )
+    head = (
+        f"\n\nTargets on a workload never seen (MAE at most {INTERFERENCE_TARGET}x the "
+        f'"no interference" answer\'s, coverage {INTERVAL_TARGET[0]:.0%}-'
+        f"{INTERVAL_TARGET[1]:.0%}); the pooled line is the target, the per-dataset ones show "
+        "where it is met:\n"
+    )
+    return head + "\n".join(lines) if lines else ""
+
+
+def _duration_targets(table: pd.DataFrame) -> str:
+    """Per held-out trace: no worse than the train median (MAPE), no wider than the training
+    durations' p10-p90 (median width)."""
+    lines = []
+    for split, rows in table[table["split"].str.startswith("leave one trace out:")].groupby(
+        "split", sort=False
+    ):
+        median = rows[rows["model"] == "baseline: train median"].iloc[0]
+        for r in rows[~rows["model"].str.startswith("baseline")].itertuples():
+            lines.append(
+                f"- {split.removeprefix('leave one trace out: ')}, {r.model}: MAPE {r.mape:.1f} "
+                f"against the median's {median.mape:.1f} ({_met(r.mape <= median.mape + 1e-9)}); "
+                f"width {r.median_p90_p10:.2f} against the train p10-p90's "
+                f"{median.median_p90_p10:.2f} "
+                f"({_met(r.median_p90_p10 <= median.median_p90_p10 + 1e-9)})"
+            )
+    head = (
+        "\n\nTargets per held-out trace (MAPE no worse than the train median's, width no "
+        "wider than the training durations' own p10-p90; every row flagged `new_trace`: see "
+        "the flag table):\n"
+    )
+    return head + "\n".join(lines) if lines else ""
+
+
+def _query_targets(table: pd.DataFrame) -> str:
+    """Each engine's leave-one-query-out and largest-scale-out rows against QUERY_TARGET."""
+    rows = table[~table["split"].str.contains(": ") & ~table["model"].str.startswith("baseline")]
+    lines = [
+        f"- {r.split}, {r.model}: MAPE {r.mape:.1f} ({_met(r.mape <= QUERY_TARGET[0])}), "
+        f"coverage {r.interval_coverage:.0%} ({_met(_in_band(r.interval_coverage))}), width "
+        f"{r.median_p90_p10:.2f} ({_met(r.median_p90_p10 < QUERY_TARGET[1])})"
+        for r in rows.itertuples()
+    ]
+    head = (
+        f"\n\nTargets (MAPE at most {QUERY_TARGET[0]:g}%, coverage {INTERVAL_TARGET[0]:.0%}-"
+        f"{INTERVAL_TARGET[1]:.0%}, median p90/p10 under {QUERY_TARGET[1]}):\n"
+    )
+    return head + "\n".join(lines) if lines else ""
+
+
+def _flag_lines(flags: pd.DataFrame) -> list[str]:
+    """The per-flag table: each split (pooled over its folds) and model, each flag raised on
+    its held-out rows, then the rows with no flag."""
+    lines = [
+        "| split | model | flag | rows | share | MAPE % flagged / not | MAE flagged / not "
+        "| coverage flagged / not | width flagged | napkin MAPE % flagged |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+
+    def pair(r, metric: str, fmt: str) -> str:
+        return " / ".join(
+            "-"
+            if pd.isna(getattr(r, f"{side}_{metric}", np.nan))
+            else format(getattr(r, f"{side}_{metric}"), fmt)
+            for side in ("flagged", "unflagged")
+        )
+
+    for r in flags.itertuples():
+        width = getattr(r, "flagged_width", np.nan)
+        napkin = getattr(r, "napkin_mape", np.nan)
+        lines.append(
+            f"| {r.split} | {r.model} | {r.flag} | {r.n} | {r.share:.0%} "
+            f"| {pair(r, 'mape', '.1f')} "
+            f"| {pair(r, 'mae', '.4g')} | {pair(r, 'coverage', '.0%')} "
+            f"| {'' if pd.isna(width) else f'{width:.2f}'} "
+            f"| {'' if pd.isna(napkin) else f'{napkin:.1f}'} |"
+        )
+    return lines
+
+
+def _flag_section(flags: pd.DataFrame | None) -> str:
+    if flags is None or not len(flags):
+        return ""
+    head = (
+        "\n\nFlags on the held-out rows, per split pooled over its folds: how many rows each "
+        "flag marked, their error, coverage and median p90/p10 beside the rows without it, and "
+        "the task's napkin baseline's MAPE on the flagged rows ("
+        + "; ".join(
+            f"{task}: {name}" for task, name in FLAG_BASELINE.items() if task in set(flags["task"])
+        )
+        + "). `(none)`: the rows no flag marked.\n\n"
+    )
+    return head + "\n".join(_flag_lines(flags))
+
+
+def _wrap(body: str, width: int = 100) -> str:
+    """Prose and list lines of a section wrapped at `width` (a list item's continuation
+    indented, as Markdown reads it); table rows left whole."""
+    lines = []
+    for line in body.split("\n"):
+        if line.startswith("|") or len(line) <= width:
+            lines.append(line)
+        else:
+            indent = "  " if line.startswith("- ") else ""
+            lines.append(
+                textwrap.fill(line, width, subsequent_indent=indent, break_on_hyphens=False)
+            )
+    return "\n".join(lines)
 
 
 def _table_lines(table: pd.DataFrame) -> list[str]:
