@@ -32,6 +32,7 @@ from perfcast.scheduler.live.service import (
     cluster_info,
     mark_ready,
     record_cluster,
+    register_service,
     service_process,
     start_service,
     stop_on_signals,
@@ -173,17 +174,20 @@ def cluster_up(
     backend = choose_predictor(chosen, predictor)  # as is a predictor it cannot use
     if scheduler:  # missing champions trained here, not in the service's first round
         prepare_predictor(chosen, backend, echo=console.print)
-    if address is None:
+    info, how = _adopt(folder, address), "adopted: it was still running"
+    if info:
+        pass  # the service is started again on the cluster an earlier `up` left
+    elif address is None:
         gpus = num_gpus if num_gpus is not None else (None if _has_cuda() else 4)
         with console.status("starting the Ray head node"):
             local = LocalCluster.start(folder / "ray-auth-token", gpus, num_cpus)
         info = {"address": local.address, "token_path": local.token_path, "local": asdict(local)}
+        how = "started"
     else:
         info = {"address": address, "token_path": str(token_file) if token_file else None}
+        how = "recorded"
     record_cluster(folder, info)
-    console.print(
-        f"cluster at [bold]{info['address']}[/] ({'started' if address is None else 'recorded'})"
-    )
+    console.print(f"cluster at [bold]{info['address']}[/] ({how})")
     if scheduler:
         with console.status("starting the scheduler service"):
             pid = start_service(
@@ -195,6 +199,26 @@ def cluster_up(
             f"scheduler service ({policy}{predicted}) running, pid {pid}; "
             f"log {folder / 'scheduler.log'}"
         )
+
+
+def _adopt(folder: Path, address: str | None) -> dict:
+    """The record of the cluster an earlier `cluster up` started on `folder` and left running
+    (its service stopped or dead), to start the service on again instead of a second cluster
+    beside it (which lost the first: `down` knew only the new one). Empty: none runs (what is
+    left of a cluster whose head is gone is stopped). A different --address is refused."""
+    info = cluster_info(folder)
+    if not info.get("local"):
+        return {}
+    local = LocalCluster(**info["local"])
+    if not local.head_alive():
+        local.stop()
+        return {}
+    if address not in (None, info["address"]):
+        raise ClusterError(
+            f"{folder}: the Ray cluster `cluster up` started at {info['address']} still runs: "
+            "`perfcast cluster down` first, or use another --state"
+        )
+    return info
 
 
 @cluster_app.command("add-node")
@@ -230,7 +254,7 @@ def cluster_down(state: StateOpt = None) -> None:
     if info.get("local"):
         ended = LocalCluster(**info["local"]).stop()
         console.print(f"cluster down: {ended} Ray processes of {info['address']} ended")
-    else:
+    elif info.get("address"):
         console.print(f"{info['address']} left running (not started by perfcast)")
     (folder / "cluster.json").unlink()
 
@@ -256,7 +280,12 @@ def cluster_serve(
 
     stopping = stop_on_signals()
     folder = _state(state)
+    running = service_process(folder)
+    if running and running.pid != os.getpid():  # two schedulers would fight over its jobs
+        raise ClusterError(f"{folder}: a scheduler service runs (pid {running.pid}); "
+                           "`perfcast cluster down` stops it")  # fmt: skip
     chosen = make_policy(policy)
+    register_service(folder, os.getpid())  # `submit` sees it, `down` stops it
     _connect(state, None)
     store = _store(state)
     executor = RayExecutor(store, folder / "checkpoints", slice_s=slice_s, spares_per_node=spares)

@@ -1,9 +1,12 @@
 """A Ray cluster that perfcast starts on this machine, and stops without touching any other.
 
-`ray start` leaves daemons behind (GCS, raylets, log monitors, workers) and `ray stop` kills
-every Ray process of the user, including other people's clusters on a shared machine. Here
-each cluster gets a temporary folder of its own (`ray start --temp-dir`), every process it
-starts names that folder on its command line, and `stop` ends exactly those processes.
+`ray start` leaves daemons behind (GCS, raylets, log monitors, agents, Ray's client server,
+workers) and `ray stop` kills every Ray process of the user, including other people's clusters
+on a shared machine. Here each cluster gets a temporary folder of its own (`ray start
+--temp-dir`) and every process `ray start` runs inherits `PERFCAST_RAY_CLUSTER=<that folder>`;
+`stop` ends exactly the processes that carry the variable or name the folder on their command
+line (Ray's client server names neither the folder nor anything else of the cluster on its
+command line: found by the folder alone, it outlived `down` by minutes).
 
 Ray 2.60 turns token authentication on as soon as `~/.ray/auth_token` exists (any local
 `ray.init()` writes one) and a driver then presents whatever that file holds at the time. The
@@ -42,6 +45,9 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("", 0))
         return sock.getsockname()[1]
+
+
+CLUSTER_ENV = "PERFCAST_RAY_CLUSTER"  # set to the cluster's folder in all its processes
 
 
 def _ray_cli() -> str:
@@ -106,7 +112,7 @@ class LocalCluster:
         cmd += [f"--dashboard-agent-listen-port={_free_port()}"]  # two raylets: two agents
         cmd += [f"--num-gpus={num_gpus}"] if num_gpus is not None else []
         cmd += [f"--num-cpus={num_cpus}"] if num_cpus is not None else []
-        env = {**os.environ, **auth_env(self.token_path)}
+        env = {**os.environ, **auth_env(self.token_path), CLUSTER_ENV: self.temp_dir}
         done = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
         self.nodes.append({"num_gpus": num_gpus, "num_cpus": num_cpus, "options": options})
         if done.returncode:
@@ -114,26 +120,45 @@ class LocalCluster:
             raise ClusterError(f"`ray start` failed:\n{(done.stderr or done.stdout)[-2000:]}")
 
     def processes(self) -> list[psutil.Process]:
-        """This cluster's processes: those whose command line names its temporary folder."""
-        mine = []
-        for proc in psutil.process_iter(["cmdline"]):
+        """This cluster's processes: those that carry its `CLUSTER_ENV` or whose command line
+        names its temporary folder, and their descendants (a raylet's agents and workers
+        retitle themselves `ray::DashboardAgent` and so on, which overwrites both their
+        command line and their environment); this process excepted."""
+        mine: dict[int, psutil.Process] = {}
+        for proc in psutil.process_iter(["cmdline", "environ"]):
             args = proc.info["cmdline"] or []
-            if any(_names(arg, self.temp_dir) for arg in args):
-                mine.append(proc)
-        return mine
+            ours = (proc.info["environ"] or {}).get(CLUSTER_ENV) == self.temp_dir
+            if ours or any(_names(arg, self.temp_dir) for arg in args):
+                mine[proc.pid] = proc
+        for proc in list(mine.values()):
+            with contextlib.suppress(psutil.Error):
+                mine.update((child.pid, child) for child in proc.children(recursive=True))
+        mine.pop(os.getpid(), None)
+        return list(mine.values())
 
-    def stop(self, timeout_s: float = 15.0) -> int:
-        """End this cluster's processes (SIGTERM, then SIGKILL after `timeout_s`) and remove
-        its temporary folder. Returns how many processes were ended."""
-        procs = self.processes()
-        for proc in procs:
-            _signal(proc, signal.SIGTERM)
-        _, alive = psutil.wait_procs(procs, timeout=timeout_s)
-        for proc in alive:
-            _signal(proc, signal.SIGKILL)
-        psutil.wait_procs(alive, timeout=timeout_s)
+    def head_alive(self) -> bool:
+        """Whether the head's GCS still runs (the cluster can be connected to)."""
+        return any("gcs_server" in " ".join(p.info["cmdline"] or []) for p in self.processes())
+
+    def stop(self, timeout_s: float = 2.0) -> int:
+        """End this cluster's processes (SIGTERM, then SIGKILL after `timeout_s`: the GCS and
+        the head's raylet sit out a SIGTERM for 15 s and more) and remove its temporary folder;
+        processes started meanwhile (a worker a raylet was spawning) are ended the same way.
+        Returns how many processes were ended."""
+        ended: set[int] = set()
+        for _ in range(5):
+            procs = [p for p in self.processes() if p.pid not in ended]
+            if not procs:
+                break
+            for proc in procs:
+                _signal(proc, signal.SIGTERM)
+            _, alive = psutil.wait_procs(procs, timeout=timeout_s)
+            for proc in alive:
+                _signal(proc, signal.SIGKILL)
+            psutil.wait_procs(alive, timeout=5.0)
+            ended.update(p.pid for p in procs)
         shutil.rmtree(self.temp_dir, ignore_errors=True)
-        return len(procs)
+        return len(ended)
 
     def save(self, path: Path) -> None:
         atomic_write_text(path, json.dumps(asdict(self)))

@@ -3,9 +3,11 @@
 `perfcast cluster up` starts it in the background (`perfcast cluster serve`, its output in
 `<state>/scheduler.log`); it runs scheduling rounds until it is told to stop, picking up every
 job `perfcast submit` writes into the state database and every `perfcast job ...` command.
-Its process id is recorded in `<state>/cluster.json`; `perfcast cluster down` stops it (and
-only it) with SIGTERM, after which the jobs' detached workers are stopped with the cluster or,
-on a cluster perfcast did not start, left for the next service to reattach to.
+Its process id is recorded in `<state>/cluster.json` (by the service itself too, so a service
+restarted by hand with `perfcast cluster serve` is the one `submit` sees and `down` stops);
+`perfcast cluster down` stops it (and only it) with SIGTERM, after which the jobs' detached
+workers are stopped with the cluster or, on a cluster perfcast did not start, left for the next
+service to reattach to.
 """
 
 from __future__ import annotations
@@ -38,17 +40,30 @@ def record_cluster(state: Path, info: dict) -> None:
 
 def service_process(state: Path) -> psutil.Process | None:
     """The running scheduler service of `state`, if any (a recorded pid that now belongs to
-    another program does not count)."""
-    pid = cluster_info(state).get("scheduler_pid")
+    another program, or to another process of the same name, does not count)."""
+    info = cluster_info(state)
+    pid = info.get("scheduler_pid")
     if not pid:
         return None
     try:
         proc = psutil.Process(pid)
-        cmdline = proc.cmdline()
+        cmdline, started = proc.cmdline(), proc.create_time()
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         return None
-    serving = all(arg in cmdline for arg in SERVE_ARGS) and str(state) in cmdline
+    serving = all(arg in cmdline for arg in SERVE_ARGS)
+    if "scheduler_started" in info:  # the same process, not a later one with its pid
+        serving = serving and abs(started - info["scheduler_started"]) < 0.01
+    else:
+        serving = serving and str(state) in cmdline
     return proc if serving and proc.status() != psutil.STATUS_ZOMBIE else None
+
+
+def register_service(state: Path, pid: int) -> None:
+    """Record `pid` as the state's scheduler service (with its start time: a pid reused
+    later is not taken for it)."""
+    started = psutil.Process(pid).create_time()
+    record_cluster(state, {**cluster_info(state), "scheduler_pid": pid,
+                           "scheduler_started": started})  # fmt: skip
 
 
 def start_service(
@@ -73,7 +88,7 @@ def start_service(
     proc = subprocess.Popen(
         cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
     )
-    record_cluster(state, {**cluster_info(state), "scheduler_pid": proc.pid})
+    register_service(state, proc.pid)
     ready = state / "scheduler.ready"
     deadline = time.monotonic() + timeout_s
     while not (ready.is_file() and ready.read_text() == str(proc.pid)):
