@@ -75,3 +75,86 @@ def test_the_live_examples_are_valid_jobs():
     jobs = load_trace(root / "live_trace.yaml", time_scale=1, step_s=1)
     assert [j for j, _ in jobs] == ["a", "b", "c", "d", "e"]
     assert jobs[2][1].config == {"lr_step_every": 100}
+
+
+def test_a_spec_bounds_its_size_for_elastic_policies():
+    from perfcast.scheduler.live.runner import core_job
+    from perfcast.scheduler.live.spec import parse_job
+
+    spec = parse_job({"name": "e", "iterations": 5, "batch_size": 32, "num_gpus": 2,
+                      "min_gpus": 1, "max_gpus": 4})  # fmt: skip
+    job = core_job("e", spec)
+    assert (job.num_gpus, job.min_gpus, job.max_gpus) == (2, 1, 4)
+    plain = core_job("p", parse_job({"name": "p", "iterations": 5}))
+    assert (plain.min_gpus, plain.max_gpus) == (1, None)  # elastic keeps its size
+    with pytest.raises(JobSpecError, match="num_gpus 2 is not between min_gpus 1 and max_gpus 1"):
+        parse_job({"name": "e", "iterations": 5, "num_gpus": 2, "max_gpus": 1, "batch_size": 2})
+    with pytest.raises(JobSpecError, match="min_gpus"):
+        parse_job({"name": "e", "iterations": 5, "min_gpus": 0})
+
+
+def test_a_job_bigger_than_the_cluster_is_flagged_not_left_waiting_in_silence():
+    from perfcast.scheduler.core.jobs import JobState
+    from perfcast.scheduler.live.runner import core_job, never_fit
+    from perfcast.scheduler.live.spec import parse_job
+
+    def state(job_id, **fields):
+        spec = parse_job({"name": job_id, "iterations": 5, "batch_size": 8, **fields})
+        return JobState(core_job(job_id, spec))
+
+    jobs = [state("big", num_gpus=8, min_gpus=8), state("fits", num_gpus=4),
+            state("elastic", num_gpus=8, min_gpus=2)]  # fmt: skip
+    lines = never_fit(jobs, 4)
+    assert sorted(lines) == ["big", "elastic"]
+    assert "big asks for 8 GPUs and the cluster has 4: it waits until nodes join" in lines["big"]
+    assert "an elastic policy may run it at 2" in lines["elastic"]
+    assert "elastic policy" not in lines["big"] and never_fit(jobs, 8) == {}
+
+
+class NoExecutor:
+    def apply(self, decisions, jobs, now):
+        pass
+
+
+class FlatBackend:
+    """Made-up predictions (the same for every job): enough for any policy to decide."""
+
+    def predict(self, task, rows):
+        import pandas as pd
+
+        n = len(rows)
+        if task == "duration":
+            return pd.DataFrame({c: [100.0] * n for c in
+                                 ("duration_s", "duration_s_p10", "duration_s_p90")})  # fmt: skip
+        if task == "scaling":
+            step = [r.local_batch_size / 32 for r in rows.itertuples()]
+            return pd.DataFrame({"step_time_s": step, "step_time_s_p10": step,
+                                 "step_time_s_p90": step})  # fmt: skip
+        return pd.DataFrame({"a_speed": [0.8] * n, "b_speed": [0.7] * n})
+
+
+@pytest.mark.parametrize("name", ["fifo", "tiresias", "srtf-predicted", "gandiva", "elastic"])
+def test_an_operator_suspend_holds_under_every_policy_until_resume(name):
+    from perfcast.scheduler.core import ClusterSpec, ClusterState, Job, JobStatus, Run, Suspend
+    from perfcast.scheduler.core.loop import SchedulingLoop, apply_decision
+    from perfcast.scheduler.core.predictions import JobPredictor
+    from perfcast.scheduler.live.runner import OperatorHolds
+    from perfcast.scheduler.policies import make_policy
+
+    holds = OperatorHolds(make_policy(name))
+    predictor = JobPredictor(FlatBackend(), gpus_per_node=4)
+    cluster = ClusterState(ClusterSpec.parse("1x4:v100"))
+    loop = SchedulingLoop(cluster, holds, NoExecutor(), predictor=predictor)
+    loop.submit([Job(j, 0.0, "t", 1, 32, 1e6, duration_s=100.0) for j in ("a", "b")], 0.0)
+    loop.round(0.0)
+    a = loop.jobs["a"]
+    assert a.status is JobStatus.RUNNING  # 2 jobs, 4 GPUs: every policy runs both
+    apply_decision(Suspend("a"), cluster, loop.jobs, 1.0)  # what `job suspend a` commits
+    holds.held.add("a")
+    for now in (1.0, 2.0, 30.0):
+        loop.round(now)
+        assert a.status is JobStatus.SUSPENDED and loop.jobs["b"].status is JobStatus.RUNNING
+    holds.held.discard("a")  # `job resume a`: its GPUs are free
+    apply_decision(Run("a", cluster.find_free(1), 32), cluster, loop.jobs, 31.0)
+    loop.round(32.0)
+    assert a.status is JobStatus.RUNNING

@@ -19,7 +19,7 @@ from perfcast.scheduler.policies import (
     parse_policy_options,
     policy_names,
 )
-from perfcast.scheduler.policies.elastic import value
+from perfcast.scheduler.policies.elastic import gpu_options, value
 from perfcast.scheduler.policies.gandiva import salus_fits
 from perfcast.scheduler.sim.engine import simulate
 from perfcast.scheduler.sim.metrics import job_table
@@ -196,6 +196,23 @@ def test_elastic_resizes_when_the_replan_gains_five_percent_or_more():
     assert plan.get("j2", (0, 0))[0] >= 1
     assert sum(n for n, _ in plan.values()) <= 4
     assert any(plan.get(j, (0, 0))[0] < n for j, (n, _) in first.items())
+
+
+def test_elastic_grows_jobs_onto_idle_gpus_within_their_bounds():
+    # linear scaling on 8 idle GPUs: a job asking for 2 grows to its max_gpus (4), not 8; one
+    # with min_gpus 2 is never offered a single GPU, and a job with no max_gpus keeps its size
+    cluster = ClusterState(ClusterSpec.parse("1x8:v100"))
+    jobs = JobTable()
+    jobs.add(Job("grow", 0.0, "t", 2, 32, 1e6, duration_s=1e4, min_gpus=2, max_gpus=4))
+    jobs.add(Job("fixed", 0.0, "t", 1, 32, 1e6, duration_s=1e4))
+    step = lambda row: row.local_batch_size / 32  # noqa: E731
+    predictor = JobPredictor(TableBackend(step=step), gpus_per_node=8)
+    policy = make_policy("elastic")
+    plan = {
+        a.job_id: a.num_gpus for a in policy.schedule(RoundContext(0.0, cluster, jobs, predictor))
+    }
+    assert plan == {"grow": 4, "fixed": 1}
+    assert gpu_options(jobs["grow"], 8) == [2, 4]
 
 
 def search_workload(n_trials: int, deadline_s: float, scores: list[float]):

@@ -15,15 +15,22 @@ import statistics
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from perfcast.errors import PerfcastError
 from perfcast.scheduler.core.cluster import ClusterState
 from perfcast.scheduler.core.decisions import Decision, Migrate, Resize, Run, Suspend
-from perfcast.scheduler.core.jobs import Job, JobStatus
-from perfcast.scheduler.core.loop import SchedulingLoop, SchedulingPolicy, apply_decision
+from perfcast.scheduler.core.jobs import Job, JobState, JobStatus
+from perfcast.scheduler.core.loop import (
+    Allocation,
+    RoundContext,
+    Schedule,
+    SchedulingLoop,
+    SchedulingPolicy,
+    apply_decision,
+)
 from perfcast.scheduler.core.predictions import JobPredictor
 from perfcast.scheduler.live.executor import RayExecutor
 from perfcast.scheduler.live.nodes import WorkersStarting
@@ -61,7 +68,48 @@ def core_job(job_id: str, spec: JobSpec) -> Job:
         num_gpus=spec.num_gpus,
         batch_size=spec.batch_size,
         total_samples=float(spec.total_samples),
+        min_gpus=spec.min_gpus or 1,
+        max_gpus=spec.max_gpus,  # elastic policies size it within these
     )
+
+
+def never_fit(states: Iterable[JobState], total_gpus: int) -> dict[str, str]:
+    """Why each of these jobs cannot run on a cluster of `total_gpus` GPUs, by job: it asks
+    for more GPUs than there are (an elastic policy may still run it at its `min_gpus` when
+    they fit, so the line says so)."""
+    lines = {}
+    for state in states:
+        job = state.job
+        if job.num_gpus > total_gpus:
+            smaller = (f"; an elastic policy may run it at {job.min_gpus}" if job.min_gpus
+                       <= total_gpus else "")  # fmt: skip
+            lines[job.job_id] = (
+                f"{job.job_id} asks for {job.num_gpus} GPUs and the cluster has {total_gpus}: "
+                f"it waits until nodes join (`perfcast cluster add-node`){smaller}"
+            )
+    return lines
+
+
+class OperatorHolds:
+    """A policy with the jobs an operator suspended (`perfcast job suspend`) left out of its
+    schedule until `perfcast job resume`: under every policy a suspended job stays suspended
+    (fifo, which places every waiting job, started it again in the same round). Everything
+    else is the policy's own. The holds live in the scheduler process: a restarted service
+    forgets them."""
+
+    def __init__(self, policy: SchedulingPolicy) -> None:
+        self.policy = policy
+        self.held: set[str] = set()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.policy, name)
+
+    def schedule(self, ctx: RoundContext) -> list[Allocation]:
+        chosen = self.policy.schedule(ctx)
+        if not self.held:
+            return chosen
+        kept = [a for a in chosen if a.job_id not in self.held]
+        return Schedule(kept, keep_running=getattr(chosen, "keep_running", False))
 
 
 class PredictionsNeeded(PerfcastError):
@@ -107,8 +155,10 @@ class LiveRunner:
         self.executor, self.store, self.round_s = executor, store, round_s
         cluster = ClusterState(executor.nodes.cluster_spec())
         # policies that need predictions (elastic, gandiva's packing) decide with `predictor`
-        self.loop = SchedulingLoop(cluster, policy, executor, predictor=predictor)
+        self.holds = OperatorHolds(policy)
+        self.loop = SchedulingLoop(cluster, self.holds, executor, predictor=predictor)  # type: ignore[arg-type]
         self.round_errors = 0  # rounds that raised: logged, and the service went on
+        self._flagged: dict[str, int] = {}  # jobs too big, at the cluster size they were
         self.clock_start = clock_start(store)  # a restarted scheduler keeps the run's clock
         executor.clock = self.now
 
@@ -208,6 +258,7 @@ class LiveRunner:
             self.loop.submit(arrived, now)
         if self.executor.nodes.refresh():
             self._nodes_changed(now)
+        self._flag_never_fit()
         self._operator_commands(now)
         self.loop.round(now)
         for report in self.executor.poll():
@@ -230,6 +281,15 @@ class LiveRunner:
             elif isinstance(report, Failed):  # given up: its GPUs go back, it is not run again
                 self.loop.job_finished(report.job_id, now)
 
+    def _flag_never_fit(self) -> None:
+        """An event, once per job and cluster size, for each waiting job too big for the
+        cluster (it would otherwise wait in silence: `perfcast job show` gives the reason)."""
+        total = self.loop.cluster.total_gpus
+        waiting = [s for s in self.loop.jobs.waiting() if self._flagged.get(s.job_id) != total]
+        for job_id, line in never_fit(waiting, total).items():
+            self._flagged[job_id] = total
+            self.store.log(job_id, "cannot fit", line)
+
     def _nodes_changed(self, now: float) -> None:
         """Nodes joined or left. The jobs on a node that left are stopped (what is left of
         their workers) and suspended: the policy places them again, from their newest
@@ -251,8 +311,9 @@ class LiveRunner:
         self.store.log(None, "nodes", f"{alive} nodes alive, {len(dead)} gone")
 
     def _operator_commands(self, now: float) -> None:
-        """Carry out `perfcast job ...` commands as decisions of this round. The policy may
-        undo them in a later round (a suspended job is runnable again): they are one-off."""
+        """Carry out `perfcast job ...` commands as decisions of this round. A suspended job
+        stays so until `job resume` (`OperatorHolds`); the policy may undo the others (a
+        migration, a resize) in a later round: they are one-off."""
         for command_id, job_id, kind, args in self.store.pending_commands():
             try:
                 decision = self._command_decision(job_id, kind, args)
@@ -260,6 +321,10 @@ class LiveRunner:
                 ctx.commit(decision)
                 self.executor.apply(ctx.decisions, self.loop.jobs, now)
                 outcome = f"done: {decision}"
+                if kind == "suspend":
+                    self.holds.held.add(job_id)
+                elif kind == "resume":
+                    self.holds.held.discard(job_id)
             except (KeyError, ValueError, PerfcastError) as err:
                 outcome = f"refused: {err}"
             self.store.finish_command(command_id, outcome)

@@ -46,6 +46,12 @@ class JobSpec(BaseModel):
     lr: float = Field(default=0.05, gt=0)
     momentum: float = Field(default=0.9, ge=0, lt=1)
     num_gpus: int = Field(default=1, ge=1, description="data-parallel workers requested")
+    min_gpus: int | None = Field(
+        default=None, ge=1, description="fewest workers an elastic policy may shrink it to (1)"
+    )
+    max_gpus: int | None = Field(
+        default=None, ge=1, description="most workers an elastic policy may grow it to (num_gpus)"
+    )
     device: Literal["cpu", "cuda"] = Field(
         default="cpu", description="where each worker trains; cuda: refused where absent"
     )
@@ -84,6 +90,11 @@ class JobSpec(BaseModel):
             )
         if self.grad_shards is not None:
             check_shards(self.grad_shards, self.batch_size, self.num_gpus)
+        low, high = self.min_gpus or 1, self.max_gpus or self.num_gpus
+        if not low <= self.num_gpus <= high:
+            raise ValueError(
+                f"num_gpus {self.num_gpus} is not between min_gpus {low} and max_gpus {high}"
+            )
         return self
 
     @property

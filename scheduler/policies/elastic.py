@@ -2,7 +2,8 @@
 job's GPU count and batch size from predicted throughputs, re-run at each arrival and
 completion.
 
-- Options per job: GPU counts 1, 2, 4, ... up to its `max_gpus` (and its requested count);
+- Options per job: GPU counts 1, 2, 4, ... from its `min_gpus` up to its `max_gpus` (and its
+  requested count);
   global batch either the requested one or the requested per-GPU batch times the GPU count.
 - Objective: total normalized throughput, each job's samples/s divided by its predicted
   samples/s at its requested size (raw samples/s would favour cheap models for ever).
@@ -31,7 +32,7 @@ def gpu_options(state: JobState, total_gpus: int) -> list[int]:
     while n <= top:
         counts.add(n)
         n *= 2
-    return sorted(c for c in counts if c <= total_gpus)
+    return sorted(c for c in counts if state.job.min_gpus <= c <= total_gpus)
 
 
 @register("elastic")
