@@ -330,6 +330,15 @@ def test_runner_carries_out_operator_commands_through_the_core_loop(executor):
         raise AssertionError("condition not reached")
 
     step_until(lambda: executor.store.job("op").status == "running")
+    held = executor.store.add_command("op", "suspend", {})
+    step_until(lambda: executor.store.command_outcome(held) is not None)
+    for _ in range(5):  # fifo started it again in the same round: the hold keeps it suspended
+        runner.step()
+    assert runner.loop.jobs["op"].status.value == "suspended", executor.store.events("op")
+    resumed = executor.store.add_command("op", "resume", {})
+    step_until(lambda: executor.store.command_outcome(resumed) is not None)
+    assert executor.store.command_outcome(resumed).startswith("done")
+    step_until(lambda: executor.store.job("op").status == "running")
     target = next(g for g in ((0, 2), (0, 3), (0, 1)) if g not in executor.store.job("op").gpus)
     command = executor.store.add_command("op", "migrate", {"gpus": [list(target)]})
     step_until(lambda: executor.store.command_outcome(command) is not None)
