@@ -10,6 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from perfcast.scheduler.live.service import record_cluster
 from perfcast.scheduler.live.spec import JobSpecError, load_job
 from perfcast.scheduler.live.store import JobStore
 from perfcast.scheduler.live.trace import load_trace
@@ -29,8 +30,12 @@ def test_submit_jobs_and_job_commands(tmp_path):
     done = perfcast("submit", str(bad), "--state", state)
     assert done.returncode == 2 and "iterations" in done.stderr
     good = tmp_path / "job.yaml"
-    good.write_text("name: demo\niterations: 10\nbatch_size: 8\n")
-    assert perfcast("submit", str(good), "--id", "demo-1", "--state", state).returncode == 0
+    good.write_text("name: demo\niterations: 10\nbatch_size: 8\nnum_gpus: 4\n")
+    # bigger than the cluster `cluster up` started (2 logical GPUs): queued, with a word
+    record_cluster(Path(state), {"address": "127.0.0.1:1", "local": {"nodes": [{"num_gpus": 2}]}})
+    sent = perfcast("submit", str(good), "--id", "demo-1", "--state", state)
+    assert sent.returncode == 0
+    assert "demo-1 asks for 4 GPUs and the cluster has 2: it waits until nodes join" in sent.stdout
     again = perfcast("submit", str(good), "--id", "demo-1", "--state", state)
     assert again.returncode == 2 and "already exists" in again.stderr
     listing = perfcast("jobs", "--state", state)

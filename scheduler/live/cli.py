@@ -339,6 +339,13 @@ def submit(
     spec = spec.model_copy(update={"submit_time_s": clock_now(store)})
     store.add_job(job_id, spec.model_dump(), spec.submit_time_s)
     console.print(f"submitted [bold]{job_id}[/]")
+    nodes = cluster_info(_state(state)).get("local", {}).get("nodes", [])
+    offered = [n["num_gpus"] for n in nodes]  # None: a node's real GPUs, not known here
+    if offered and None not in offered and spec.num_gpus > sum(offered):
+        console.print(
+            f"warning: {job_id} asks for {spec.num_gpus} GPUs and the cluster has "
+            f"{sum(offered)}: it waits until nodes join (`perfcast cluster add-node`)"
+        )
     if service_process(_state(state)) is None:
         console.print("no scheduler service runs on this state yet: `perfcast cluster up` "
                       "starts one")  # fmt: skip
