@@ -49,9 +49,9 @@ HEADLINES = (
         "NeuSight-style", "< NeuSight",
     ),
     Headline(
-        "interference, a job never seen (MAE)", "accuracy-interference",
-        {"split": "unseen-job pairs", "model": "gbm"}, "MAE",
-        {"split": "unseen-job pairs", "model": "baseline: no interference (1.0)"},
+        "interference, a workload never seen (MAE)", "accuracy-interference",
+        {"split": "leave one workload out", "model": "gbm"}, "MAE",
+        {"split": "leave one workload out", "model": "baseline: no interference (1.0)"},
         '"1.0"', "≤ 0.75×",
     ),
     Headline(
