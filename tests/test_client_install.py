@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import subprocess
 import sys
-import threading
 import time
 import zipfile
 from importlib import metadata
@@ -21,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from conftest import requires_data
+from serving_server import LoopbackServer
 
 ROOT = Path(__file__).resolve().parent.parent
 ABSENT = ("torch", "ray", "mlflow", "lightgbm", "sklearn", "fastapi", "uvicorn", "pandera")
@@ -85,28 +84,14 @@ def _link_distributions(names: set[str], into: Path) -> None:
 def service() -> str:
     """The service in this process with a scaling champion (the session's, else one trained
     here on muri-scaling)."""
-    import uvicorn
-
     from perfcast.serving.app import create_app
     from perfcast.serving.settings import Settings
     from perfcast.training import model_store, trainer
 
     if model_store.load_champion("scaling") is None:
         trainer.train("scaling", "muri-scaling", model="gbm")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    app = create_app(Settings(tasks=("scaling",)))
-    uv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=uv.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not uv.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    uv.should_exit = True
-    thread.join(timeout=10)
+    with LoopbackServer(create_app(Settings(tasks=("scaling",)))) as url:
+        yield url
 
 
 CALLS = """

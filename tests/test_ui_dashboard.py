@@ -10,46 +10,26 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
-import socket
-import threading
 import time
 from pathlib import Path
 
 import httpx
 import pytest
 import yaml
+from browser import headless_chromium, needs_browser
 from conftest import requires_data
+from serving_server import LoopbackServer
 
 from perfcast.units import pct, percent
-
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-DRIVER = shutil.which("chromedriver")
-try:
-    import selenium  # noqa: F401
-
-    HAVE_SELENIUM = True
-except ImportError:
-    HAVE_SELENIUM = False
 
 pytestmark = [
     requires_data,
     pytest.mark.slow,
-    pytest.mark.skipif(
-        not (CHROMIUM and DRIVER and HAVE_SELENIUM),
-        reason="no headless browser: install Debian's chromium and chromium-driver "
-        "(`apt-get install -y chromium chromium-driver`, as .ci/run does) and selenium",
-    ),
+    needs_browser,
 ]
 
 WAIT_S = 30  # generous: the machine running the tests may be busy
 SCALING_DATA = "pollux-scaling,measured-cpu-zoo-scaling"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -66,8 +46,6 @@ def live_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def server(live_dir: Path) -> str:
     """The app with freshly trained champions, served by uvicorn in a thread."""
-    import uvicorn
-
     from perfcast.serving.app import create_app
     from perfcast.serving.settings import Settings
     from perfcast.training.trainer import train
@@ -76,36 +54,13 @@ def server(live_dir: Path) -> str:
     train("scaling", SCALING_DATA, model="gbm")
     train("interference", "gavel-interference", model="gbm")
     app = create_app(Settings(tasks=("scaling", "interference")))
-    port = _free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
-    uv = uvicorn.Server(config)
-    thread = threading.Thread(target=uv.run, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + WAIT_S
-    while not uv.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.05)
-    yield url
-    uv.should_exit = True
-    thread.join(timeout=10)
+    with LoopbackServer(app) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
 def browser():
-    from selenium import webdriver
-    from selenium.webdriver.chrome.options import Options
-    from selenium.webdriver.chrome.service import Service
-
-    options = Options()
-    options.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
-                "--window-size=1400,1000", "--disable-gpu"):  # fmt: skip
-        options.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(DRIVER), options=options)
-    driver.implicitly_wait(0)
-    yield driver
-    driver.quit()
+    yield from headless_chromium()
 
 
 def _wait(browser, condition, what: str):

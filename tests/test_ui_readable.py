@@ -13,38 +13,22 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
-import socket
-import threading
-import time
 from pathlib import Path
 
 import httpx
 import pytest
+from browser import headless_chromium, needs_browser
 from conftest import requires_data
+from serving_server import LoopbackServer
 
 from perfcast.units import duration, number, pct, percent
-
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-DRIVER = shutil.which("chromedriver")
-try:
-    import selenium  # noqa: F401
-
-    HAVE_SELENIUM = True
-except ImportError:
-    HAVE_SELENIUM = False
 
 pytestmark = [
     requires_data,
     pytest.mark.slow,  # the champion's training, ~10 s quiet (40 s on a loaded machine)
-    pytest.mark.skipif(
-        not (CHROMIUM and DRIVER and HAVE_SELENIUM),
-        reason="no headless browser: install Debian's chromium and chromium-driver "
-        "(`apt-get install -y chromium chromium-driver`, as .ci/run does) and selenium",
-    ),
+    needs_browser,
 ]
 
-WAIT_S = 30
 # two clusters: the champion gets a leave-one-cluster-out score
 SCALING_DATA = "pollux-scaling,gavel-scaling"
 HUMAN_DURATION = re.compile(r"^-?[\d.,]+ (µs|ms|s|min|h|d)$")
@@ -68,16 +52,8 @@ return out;
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> str:
-    import uvicorn
-
     from perfcast.serving.app import create_app
     from perfcast.serving.settings import Settings
     from perfcast.training.trainer import train
@@ -87,34 +63,13 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> str:
         env.setenv("PERFCAST_LIVE_STATE", str(tmp_path_factory.mktemp("no-live-state")))
         train("scaling", SCALING_DATA, model="gbm")
         app = create_app(Settings(tasks=("scaling",)))
-        port = _free_port()
-        uv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-        thread = threading.Thread(target=uv.run, daemon=True)
-        thread.start()
-        deadline = time.monotonic() + WAIT_S
-        while not uv.started:
-            assert time.monotonic() < deadline, "uvicorn did not start"
-            time.sleep(0.05)
-        yield f"http://127.0.0.1:{port}"
-        uv.should_exit = True
-        thread.join(timeout=10)
+        with LoopbackServer(app) as url:
+            yield url
 
 
 @pytest.fixture(scope="module")
 def browser():
-    from selenium import webdriver
-    from selenium.webdriver.chrome.options import Options
-    from selenium.webdriver.chrome.service import Service
-
-    options = Options()
-    options.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
-                "--window-size=1400,1000", "--disable-gpu"):  # fmt: skip
-        options.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(DRIVER), options=options)
-    driver.implicitly_wait(0)
-    yield driver
-    driver.quit()
+    yield from headless_chromium()
 
 
 def _screenshot(browser, name: str) -> None:
