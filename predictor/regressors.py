@@ -7,7 +7,6 @@ numbers or pandas categoricals, so either one can sit behind any tabular task pr
 from __future__ import annotations
 
 import contextlib
-import copy
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Self
@@ -97,6 +96,7 @@ class QuantileGBM(BaseEstimator):
 
     def fit(self, X: pd.DataFrame, y: np.ndarray) -> Self:
         self._codes = self._split_cache = None
+        self._asked_many = False
         self.models_ = [
             self._model(QUANTILES[0]).fit(X, y),
             self._model().fit(X, y),
@@ -112,6 +112,13 @@ class QuantileGBM(BaseEstimator):
         # frame once per model, which costs more than the trees for a few rows.
         matrix = X if isinstance(X, np.ndarray) else lgbm_matrix(X, self._categories())
         if len(matrix) < SAME_LEAVES_ROWS:
+            return self._predict_matrix(matrix)
+        # reading the splits (a JSON dump of every tree: ~0.1-0.4 s per model) costs more than
+        # the trees on these rows once: a model asked once, as the calibration folds' and the
+        # duration cross-trace models are, never reads them; one asked again does
+        unread = getattr(self, "_split_cache", None) is None
+        if unread and len(matrix) < READ_SPLITS_ROWS and not getattr(self, "_asked_many", False):
+            self._asked_many = True
             return self._predict_matrix(matrix)
         # many rows (a recommendation's 10^5 candidates) fall into few cells of the trees'
         # thresholds: each cell is predicted once, for the same numbers
@@ -165,8 +172,10 @@ class QuantileGBM(BaseEstimator):
         return self._codes
 
 
-# From this many rows on, QuantileGBM predicts each distinct cell of its splits once.
+# From this many rows on, QuantileGBM predicts each distinct cell of its splits once (from the
+# second such batch on, or from the first of READ_SPLITS_ROWS rows: the splits are read once).
 SAME_LEAVES_ROWS = 1_000
+READ_SPLITS_ROWS = 50_000
 _ZERO = 1e-35  # LightGBM's kZeroThreshold: a value this close to 0 may be read as missing
 
 
@@ -379,8 +388,9 @@ class QuantileMLP(BaseEstimator):
                 net.eval()
                 with torch.inference_mode():
                     loss = float(pinball_loss(net(features[held]), target[held], quantiles))
-                if loss < best:
-                    best, best_state = loss, copy.deepcopy(net.state_dict())
+                if loss < best:  # a copy of each tensor (deepcopy of the dict cost ~7%)
+                    best = loss
+                    best_state = {k: v.detach().clone() for k, v in net.state_dict().items()}
         if best_state is not None:
             net.load_state_dict(best_state)
         net.eval()
