@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from conftest import requires_data
 from serving_server import LoopbackServer
+from wheel_build import built_wheel
 
 ROOT = Path(__file__).resolve().parent.parent
 ABSENT = ("torch", "ray", "mlflow", "lightgbm", "sklearn", "fastapi", "uvicorn", "pandera")
@@ -125,9 +126,7 @@ print(json.dumps({{
 
 def test_the_client_extra_alone_calls_a_running_service(tmp_path: Path, service: str) -> None:
     started = time.monotonic()
-    _run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-         "-w", tmp_path / "dist", ROOT)  # fmt: skip
-    (wheel,) = (tmp_path / "dist").glob("perfcast-*.whl")
+    wheel = built_wheel()
     extra = _extra(wheel, "client")
     assert set(extra) == {"httpx", "pandas"}, extra
     needed = _closure(extra)

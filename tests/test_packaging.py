@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from conftest import requires_data
+from wheel_build import built_wheel, clean_venv, pip_install
 
 ROOT = Path(__file__).resolve().parent.parent
 HEAVY = ("pandas", "numpy", "torch", "sklearn", "mlflow", "ray", "pandera", "lightgbm")
@@ -26,14 +27,10 @@ def _run(*args: str | Path, **kwargs: object) -> subprocess.CompletedProcess[str
 
 @pytest.mark.slow
 def test_wheel_installs_next_to_hugging_face_datasets(tmp_path: Path) -> None:
-    _run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-         "-q", "-w", tmp_path / "dist", ROOT)  # fmt: skip
-    (wheel,) = (tmp_path / "dist").glob("perfcast-*.whl")
     venv = tmp_path / "venv"
-    _run(sys.executable, "-m", "venv", venv)
-    python = venv / "bin" / "python"
-    _run(python, "-m", "pip", "install", "-q", "--no-deps", wheel)
-    _run(python, "-m", "pip", "install", "-q", "datasets")  # Hugging Face's, from the index
+    python = clean_venv(venv)
+    pip_install(python, "--no-deps", built_wheel())
+    pip_install(python, "datasets")  # Hugging Face's, from the index
     # perfcast's own dependencies come from this environment, appended after the clean venv's
     # site-packages (a .pth line), so the venv's `datasets` and perfcast wheel come first.
     purelib = _run(python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])")

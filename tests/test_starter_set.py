@@ -9,7 +9,6 @@ import json
 import os
 import socket
 import subprocess
-import sys
 import sysconfig
 import time
 from collections.abc import Iterator
@@ -18,6 +17,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from conftest import requires_data
+from wheel_build import built_wheel, clean_venv, pip_install
 
 from perfcast import datasets
 from perfcast.datasets import fetch as fetch_module
@@ -112,14 +112,9 @@ def _run(*args: str | Path, **kwargs: object) -> subprocess.CompletedProcess[str
 def wheel_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The built wheel in a clean virtualenv; perfcast's dependencies come from this one (a
     .pth line after the venv's own site-packages), nothing from the network."""
-    tmp = tmp_path_factory.mktemp("wheel")
-    _run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-         "-q", "-w", tmp / "dist", ROOT)  # fmt: skip
-    (wheel,) = (tmp / "dist").glob("perfcast-*.whl")
-    venv = tmp / "venv"
-    _run(sys.executable, "-m", "venv", venv)
-    python = venv / "bin" / "python"
-    _run(python, "-m", "pip", "install", "-q", "--no-deps", "--no-index", wheel)
+    venv = tmp_path_factory.mktemp("wheel") / "venv"
+    python = clean_venv(venv)
+    pip_install(python, "--no-deps", "--no-index", built_wheel())
     purelib = _run(python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])")
     Path(purelib.stdout.strip(), "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     return venv
@@ -204,7 +199,7 @@ def test_the_wheel_serves_every_task_air_gapped(wheel_venv: Path, tmp_path: Path
                 ready = None
             if ready is not None and ready.status_code == 200:
                 break
-            time.sleep(3)
+            time.sleep(0.5)  # poll often: it is ready as soon as the last task trains
         log = (tmp_path / "serve.log").read_text()
         assert ready is not None and ready.status_code == 200, log[-3000:]
         for task in trainer.DEFAULT_DATA:
