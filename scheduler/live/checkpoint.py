@@ -16,8 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from perfcast.atomic import atomic_open
 from perfcast.errors import PerfcastError
 
@@ -38,6 +36,8 @@ class CheckpointRef:
 
 def save_checkpoint(path: str | Path, state: dict[str, Any]) -> CheckpointRef:
     """Write `state` (must hold an int `iteration`) to `path` atomically."""
+    import torch  # here: the job store and commands that only read it never load torch
+
     path = Path(path)
     buffer = io.BytesIO()
     torch.save(state, buffer)
@@ -97,4 +97,6 @@ def load_checkpoint(
         raise CheckpointError(
             f"checkpoint {path}: sha256 {actual} is not the expected {expected_sha256}"
         )
+    import torch
+
     return torch.load(io.BytesIO(payload), map_location=map_location, weights_only=True)

@@ -331,7 +331,7 @@ def submit(
     state: StateOpt = None,
 ) -> None:
     """Queue a job; the scheduler service (`perfcast cluster up`) starts it."""
-    from perfcast.scheduler.live.runner import clock_now
+    from perfcast.scheduler.live.store import clock_now
 
     spec = load_job(job_file)
     store = _store(state)

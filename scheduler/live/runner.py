@@ -17,7 +17,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perfcast.errors import PerfcastError
 from perfcast.scheduler.core.cluster import ClusterState
@@ -32,30 +32,16 @@ from perfcast.scheduler.core.loop import (
     apply_decision,
 )
 from perfcast.scheduler.core.predictions import JobPredictor
-from perfcast.scheduler.live.executor import RayExecutor
 from perfcast.scheduler.live.nodes import WorkersStarting
 from perfcast.scheduler.live.predictions import needs_predictor
 from perfcast.scheduler.live.reports import Failed, Finished, Lost, Progress
 from perfcast.scheduler.live.spec import JobSpec, check_shards
-from perfcast.scheduler.live.store import JobStore
+from perfcast.scheduler.live.store import JobStore, clock_start
 
-_CLOCK_KEY = "clock_start_unix"
+if TYPE_CHECKING:  # the executor loads torch: this module needs it only to annotate
+    from perfcast.scheduler.live.executor import RayExecutor
+
 log = logging.getLogger(__name__)
-
-
-def clock_start(store: JobStore) -> float:
-    """The unix time at which the run's clock started (set on first use)."""
-    start = store.get_meta(_CLOCK_KEY)
-    if start is None:
-        start = repr(time.time())
-        store.set_meta(_CLOCK_KEY, start)
-    return float(start)
-
-
-def clock_now(store: JobStore) -> float:
-    """Seconds on the run's clock: submit and finish times are on it."""
-    start = clock_start(store)  # first: it may set the start to now
-    return max(time.time() - start, 0.0)
 
 
 def core_job(job_id: str, spec: JobSpec) -> Job:

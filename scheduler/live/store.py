@@ -254,3 +254,23 @@ def _record(row: tuple[Any, ...]) -> JobRecord:
     values["workers"] = tuple(json.loads(values["workers"]))
     values["metrics"] = json.loads(values["metrics"]) if values["metrics"] else None
     return JobRecord(**values)
+
+
+# the run's clock, kept in the store (here, not in runner.py: `perfcast submit` reads it
+# without loading Ray and the scheduler core)
+_CLOCK_KEY = "clock_start_unix"
+
+
+def clock_start(store: JobStore) -> float:
+    """The unix time at which the run's clock started (set on first use)."""
+    start = store.get_meta(_CLOCK_KEY)
+    if start is None:
+        start = repr(time.time())
+        store.set_meta(_CLOCK_KEY, start)
+    return float(start)
+
+
+def clock_now(store: JobStore) -> float:
+    """Seconds on the run's clock: submit and finish times are on it."""
+    start = clock_start(store)  # first: it may set the start to now
+    return max(time.time() - start, 0.0)
