@@ -39,14 +39,26 @@ class InterferencePredictor(TaskPredictor):
     task = "interference"
     rows_independent = True
 
-    def __init__(self, model: str = "gbm", random_state: int = 0) -> None:
+    def __init__(
+        self, model: str = "gbm", random_state: int = 0, epochs: int | None = None
+    ) -> None:
         self.model = model
         self.random_state = random_state
+        # fcn only: at most this many epochs for both networks (None: the detailed network's
+        # 300 and the general one's 50); a test of a property, not of accuracy, trains fewer
+        self.epochs = epochs
+
+    def _network_params(self, params: dict[str, object]) -> dict[str, object]:
+        """`params` of a network with `epochs` applied (fcn only, where set)."""
+        if self.model != "fcn" or self.epochs is None:
+            return params
+        return {**params, "epochs": min(self.epochs, int(params.get("epochs", self.epochs)))}
 
     def _fit(self, rows: pd.DataFrame) -> Self:
         self.features_ = InterferenceFeatures().fit(rows)
         self.testbeds_ = set(_testbeds(rows)) - {""}
-        self.regressor_ = make_regressor(self.model, random_state=self.random_state).fit(
+        params = self._network_params({"random_state": self.random_state})
+        self.regressor_ = make_regressor(self.model, **params).fit(
             self._both_sides(rows, self.features_.transform), _log_speeds(rows)
         )
         self.general_ = self._fit_general(rows)
@@ -98,7 +110,7 @@ class InterferencePredictor(TaskPredictor):
         return out
 
     def _fit_general(self, rows: pd.DataFrame) -> ConformalQuantiles:
-        params = GENERAL_PARAMS[self.model]
+        params = self._network_params(GENERAL_PARAMS[self.model])
         regressor = make_regressor(self.model, random_state=self.random_state, **params)
         return regressor.fit(self._both_sides(rows, self.features_.general), _log_speeds(rows))
 

@@ -261,9 +261,10 @@ class RuntimePredictor(TaskPredictor):
 
     def _tabular_regressor(self) -> ConformalQuantiles:
         """gbm: the mean of a few seeds' boosters (cheap on ~100 samples), calibrated like
-        every family; fcn as every task builds it."""
+        every family; fcn as every task builds it, for `epochs` where set."""
         if self.model != "gbm":
-            return make_regressor(self.model, random_state=self.random_state)
+            epochs = {} if self.epochs is None else {"epochs": self.epochs}
+            return make_regressor(self.model, random_state=self.random_state, **epochs)
         members = SeedAveraged(QuantileGBM(random_state=self.random_state))
         return ConformalQuantiles(members, random_state=self.random_state)
 

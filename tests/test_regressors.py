@@ -47,13 +47,15 @@ HELD_OUT_DEVICES = (
 @requires_data
 def test_fcn_on_gpus_it_never_saw_beats_the_roofline() -> None:
     """Leave one GPU out, pooled: trained for all its epochs on the ~90 samples of the other
-    GPUs, the network scored 33.7% against the roofline's 33.3% (now ~13%)."""
+    GPUs, the network scored 33.7% against the roofline's 33.3% (now ~13%). It trains 30
+    epochs here (it keeps its best on held-out rows either way): 10.5% against the roofline's
+    36.7%, as at the default 300 (10.4%), at a tenth of the network's training time."""
     graphs = datasets.load("neusight-graphs")
     errors, roofline_errors = [], []
     for device in HELD_OUT_DEVICES:
         train, test = graphs[graphs["device"] != device], graphs[graphs["device"] == device]
         truth = samples(test)["e2e_latency_ms"]
-        model = make_predictor("runtime", "fcn").fit(train)
+        model = make_predictor("runtime", "fcn", epochs=30).fit(train)
         predicted = model.predict_interval(test)["e2e_latency_ms"].reindex(truth.index)
         X_train, log_train = sample_table(train)
         measured = samples(train)["e2e_latency_ms"].reindex(X_train.index)
