@@ -165,9 +165,19 @@ class ScalingPredictor(TaskPredictor):
     task = "scaling"
     rows_independent = True
 
-    def __init__(self, model: str = "gbm", random_state: int = 0) -> None:
+    def __init__(
+        self, model: str = "gbm", random_state: int = 0, epochs: int | None = None
+    ) -> None:
         self.model = model
         self.random_state = random_state
+        # fcn only: the prior networks' epochs (None: the default 300); a test of a property,
+        # not of accuracy, trains fewer
+        self.epochs = epochs
+
+    def _prior_regressor(self):
+        """The family's regressor of the prior (fcn for `epochs` where set)."""
+        epochs = {} if self.model != "fcn" or self.epochs is None else {"epochs": self.epochs}
+        return make_regressor(self.model, random_state=self.random_state, **epochs)
 
     # -- fitting ----------------------------------------------------------------------------
 
@@ -485,7 +495,7 @@ class ScalingPredictor(TaskPredictor):
                 self.prior_errors_, key=self.prior_errors_.get, default="per_compute"
             )
         if self.prior_kind_ == self.model and len(y) >= 8:  # (fewer: the median's)
-            self.prior_ = make_regressor(self.model, random_state=self.random_state)
+            self.prior_ = self._prior_regressor()
             self.prior_.fit(X[PRIOR_FEATURES], y)
 
     def _prior_errors(
@@ -510,7 +520,7 @@ class ScalingPredictor(TaskPredictor):
         spread = X["spread"].to_numpy()
         errors: dict[str, list[float]] = {self.model: [], "per_compute": [], "per_parameter": []}
         for train, test in GroupKFold(min(5, len(np.unique(jobs)))).split(X, y, jobs):
-            model = make_regressor(self.model, random_state=self.random_state)
+            model = self._prior_regressor()
             model.fit(X[PRIOR_FEATURES].iloc[train], y[train])
             step_ref = self._step_ref(X.iloc[test])
             held = np.zeros(len(y), dtype=bool)

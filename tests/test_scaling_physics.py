@@ -28,7 +28,11 @@ SCALING_DATA = ("pollux-scaling", "gavel-scaling", "muri-scaling", "sia-scaling"
 @functools.cache
 def _fitted(family: str):
     rows = pd.concat([datasets.load(name) for name in SCALING_DATA], ignore_index=True)
-    return make_predictor("scaling", family).fit(rows), sorted(rows["job"].unique())
+    # fcn's prior networks train 30 epochs (gbm ignores it): the per-parameter median beats
+    # them on held-out jobs either way (0.27 against 0.38 at 30 and 0.40 at the default 300),
+    # so the model answers exactly as at 300, for a third of the fit
+    model = make_predictor("scaling", family, epochs=30).fit(rows)
+    return model, sorted(rows["job"].unique())
 
 
 @pytest.mark.parametrize("family", ["gbm", "fcn"])
