@@ -86,6 +86,7 @@ class RayExecutor:
 
     # ---- the core's Executor protocol ------------------------------------------------------
     def apply(self, decisions: Sequence[Decision], jobs: JobTable, now: float) -> None:
+        self._start_workers_ahead(decisions)
         for decision in decisions:
             state = jobs[decision.job_id]
             if isinstance(decision, Run):
@@ -97,6 +98,22 @@ class RayExecutor:
             elif isinstance(decision, Resize):
                 self.relaunch(decision.job_id, decision.gpus, decision.batch_size, "resize")
             self.store.update_job(decision.job_id, first_start_s=state.first_start_s)
+
+    def _start_workers_ahead(self, decisions: Sequence[Decision]) -> None:
+        """Start at once the worker processes of this round's new launches, as spares on
+        their nodes: each launch below waits for its own workers in turn, and a process
+        start takes seconds (minutes on a loaded host), so a round that launches several
+        jobs would otherwise start their processes one job after the other."""
+        needed: dict[int, int] = {}
+        waiting = self.restarts.waiting()
+        for decision in decisions:
+            if isinstance(decision, Run) and decision.job_id not in self.live:
+                if decision.job_id in waiting:  # restarts later, where its backoff says
+                    continue
+                for node, _ in decision.gpus:
+                    needed[node] = needed.get(node, 0) + 1
+        if sum(needed.values()) > 1:  # one launch alone gains nothing
+            self.pool.start_ahead(needed)
 
     # ---- actions ---------------------------------------------------------------------------
     def run(self, job_id: str, gpus: tuple[GpuSlot, ...], batch: int, share: str) -> None:

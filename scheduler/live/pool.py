@@ -61,6 +61,17 @@ class WorkerPool:
                 worker, name = self._new_worker(node)
                 spares.append(Spare(worker, name, worker.info.remote()))
 
+    def start_ahead(self, needed: dict[int, int]) -> None:
+        """Start (in the background) spares up to `needed[node]` on each node, for launches
+        about to `take` them; those a launch does not take stay spares."""
+        for node, count in needed.items():
+            if node in self.nodes.dead or not 0 <= node < len(self.nodes):
+                continue  # the launch itself says what is wrong with the node
+            spares = self._spares[node]
+            while len(spares) < count:
+                worker, name = self._new_worker(node)
+                spares.append(Spare(worker, name, worker.info.remote()))
+
     def warm(self, timeout_s: float = RPC_TIMEOUT_S) -> None:
         """Top up and wait until every spare is up (process started, imports done)."""
         self.top_up()
