@@ -23,7 +23,9 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q --durations=10
+	# a worker per core, each test module whole on one worker (its fitted models built once) and
+	# the modules that start Ray on one worker between them (tests/conftest.py)
+	$(BIN)/python -m pytest -q -n auto --dist loadgroup --durations=10
 
 lint: $(STAMP)
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

@@ -9,10 +9,18 @@ and local batch size."""
 
 from __future__ import annotations
 
+import os
+
+# Under pytest-xdist (`make test` runs one worker per core) each worker computes on one thread:
+# two workers each asking BLAS, OpenMP (LightGBM) and torch for every core would oversubscribe
+# the machine and spin. Set before numpy, LightGBM or torch is imported.
+if "PYTEST_XDIST_WORKER" in os.environ:
+    for _name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_name, "1")
+
 import ast
 import functools
 import json
-import os
 import re
 
 import pandas as pd
@@ -179,3 +187,26 @@ class MeasuredBackend:
             left[name] = left[name].astype(table[name].dtype)
         out = left.merge(table[key + columns], on=key, how="left", validate="many_to_one")
         return out[columns]
+
+
+# Under `make test` (pytest-xdist, `--dist loadgroup`) each test module runs whole on one worker,
+# so its module- and cache-scoped fitted models are built once; the modules that start Ray
+# clusters share one worker: Ray gives a node 30 s (hard-coded) to register, which two clusters
+# starting at once on a busy two-core machine can miss.
+RAY_MODULES = frozenset(
+    {
+        "test_live_cluster_flow",
+        "test_live_executor",
+        "test_live_multinode",
+        "test_live_restart",
+        "test_tune_search",
+        "test_ui_dashboard",
+    }
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            module = item.module.__name__.rsplit(".", 1)[-1] if item.module else item.nodeid
+            item.add_marker(pytest.mark.xdist_group("ray" if module in RAY_MODULES else module))
