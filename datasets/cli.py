@@ -22,7 +22,6 @@ from rich.table import Table
 # The table kinds are listed in docs/data-contract.md; an unknown --kind names them all.
 
 app = typer.Typer(help="Public measurements and traces in the data contract.", no_args_is_help=True)
-console = Console()
 
 
 @app.command("list")
@@ -40,6 +39,8 @@ def list_datasets(
     there is loaded and counted, with a progress bar. Columns that do not fit the terminal
     are left out by priority (source first, then licence) and named; --json has them all.
     """
+    # a console per call, not per import: the width is the terminal's when the command runs
+    console = Console()
     from perfcast.datasets.registry import load, recorded_rows, registry
 
     rows = []
@@ -112,6 +113,7 @@ def fetch_datasets(
     the pinned commits (derived files rebuilt from their originals), every sha256 checked. Files
     already here are verified, not downloaded again; an interrupted run resumes where it stopped.
     """
+    console = Console()
     from perfcast.datasets.fetch import fetch, find_local, manifest, recipes
     from perfcast.datasets.registry import get
     from perfcast.errors import PerfcastError
@@ -158,6 +160,7 @@ def show(
     rows: Annotated[int, typer.Option(help="Sample rows to print.")] = 5,
 ) -> None:
     """Show a dataset's schema, row count, a sample and summary statistics."""
+    console = Console()
     from perfcast.datasets.registry import get, load
 
     spec = get(name)
@@ -185,6 +188,7 @@ def export(
     out: Annotated[Path, typer.Option("--out", help="Output file, .csv or .parquet.")],
 ) -> None:
     """Write a dataset's contract table to a CSV or Parquet file (atomically)."""
+    console = Console()
     from perfcast.datasets.io import write_table
     from perfcast.datasets.registry import get, load
 
