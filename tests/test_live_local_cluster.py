@@ -38,6 +38,13 @@ def test_a_gang_on_one_node_is_strictly_packed_else_spread(gpus):
     assert strategy_for(gpus) == ("STRICT_PACK" if one_node else "SPREAD")
 
 
+def _ignores_sigterm(pid: int) -> bool:
+    """Whether process `pid` has set SIGTERM (signal 15, bit 14 of the mask) to be ignored."""
+    with open(f"/proc/{pid}/status") as status:
+        mask = next(line.split()[1] for line in status if line.startswith("SigIgn:"))
+    return bool(int(mask, 16) & (1 << (15 - 1)))
+
+
 def test_stop_ends_the_processes_of_its_folder_and_no_other(tmp_path):
     mine, other = tmp_path / "mine", tmp_path / "mine2"
     for folder in (mine, other):
@@ -61,8 +68,14 @@ def test_stop_ends_the_processes_of_its_folder_and_no_other(tmp_path):
     children = []
     try:
         cluster = LocalCluster("127.0.0.1:1", str(mine), str(tmp_path / "token"))
-        time.sleep(0.5)  # the interpreters have set their SIGTERM handler, started the agent
-        children = psutil.Process(raylet.pid).children()
+        # until the stubborn one ignores SIGTERM and the raylet has started its agent (a fixed
+        # wait is too short on a busy machine)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            children = psutil.Process(raylet.pid).children()
+            if children and _ignores_sigterm(server.pid):
+                break
+            time.sleep(0.05)
         assert len(children) == 1
         expected = [ours.pid, server.pid, raylet.pid, children[0].pid]
         assert sorted(p.pid for p in cluster.processes()) == sorted(expected)

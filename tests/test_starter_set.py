@@ -190,7 +190,9 @@ def test_the_wheel_serves_every_task_air_gapped(wheel_venv: Path, tmp_path: Path
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 300  # the bound on two cores
+        # a hang, not a speed: the first start's training time is the training benchmark's
+        # (docs/BENCHMARKS.md, well under 300 s on two quiet cores); a busy CI machine is slower
+        deadline = time.monotonic() + 900
         ready = None
         while time.monotonic() < deadline and server.poll() is None:
             try:
