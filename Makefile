@@ -4,14 +4,29 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint duplicates install clean
+.PHONY: run test lint duplicates install clean FORCE
 
-$(STAMP): pyproject.toml setup.py
+# perfcast's own modules sit in common/ (perfcast.errors, perfcast.cli, ...), the layers in the
+# folders beside it (perfcast.datasets is datasets/, ...): setup.py maps them.
+PACKAGE_DIRS := common datasets features predictor training optimizer scheduler serving
+
+# The package's files: the strict editable install below links each one, so adding or removing
+# one reinstalls. The list is rewritten only when it changes.
+MODULES := build/package-files.txt
+$(MODULES): FORCE
+	@mkdir -p build && find $(PACKAGE_DIRS) -type f -not -path '*__pycache__*' | LC_ALL=C sort \
+		> $@.new && { cmp -s $@.new $@ && rm $@.new || mv $@.new $@; }
+
+# A strict editable install: build/__editable__.perfcast-*/perfcast/ mirrors the import paths
+# with a link to each file here, on a plain path in a .pth file, so editors and import-graph
+# tools resolve perfcast.datasets & co. by path (pyproject.toml [tool.pyright]);
+# tests/test_architecture.py checks the mirror.
+$(STAMP): pyproject.toml setup.py $(MODULES)
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	# torch first and exactly pinned, so pip takes the CPU wheel instead of a CUDA build
 	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev]' --config-settings editable_mode=strict
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -33,7 +48,6 @@ lint: $(STAMP)
 # No block of 6 or more identical lines (imports, comments, docstrings and signatures aside) is
 # written twice across the package's modules (symilar compares files with each other): the second
 # copy belongs in one function both places call.
-PACKAGE_DIRS := perfcast datasets features predictor training optimizer scheduler serving
 duplicates: $(STAMP)
 	@out=$$(git ls-files $(foreach d,$(PACKAGE_DIRS),'$(d)/*.py') | xargs $(BIN)/symilar \
 		--duplicates=6 --ignore-comments --ignore-docstrings --ignore-imports \

@@ -7,8 +7,8 @@ from setuptools import find_namespace_packages, find_packages, setup
 
 LAYERS = ["datasets", "features", "predictor", "training", "optimizer", "scheduler", "serving"]
 
-package_dir = {"perfcast": "perfcast"}
-packages = ["perfcast", *(f"perfcast.{p}" for p in find_packages("perfcast"))]
+package_dir = {"perfcast": "common"}  # errors, paths, atomic writes, ..., the command line
+packages = ["perfcast", *(f"perfcast.{p}" for p in find_packages("common"))]
 for layer in LAYERS:
     package_dir[f"perfcast.{layer}"] = layer
     # namespace discovery so that data-only folders (datasets/measured/cpu) ship as packages too

@@ -3,7 +3,7 @@
     perfcast (errors, paths) < datasets < features < predictor < training < optimizer
         < scheduler < serving < command line
 
-The command line (perfcast/cli.py and every package's `cli` module) is the top layer and may
+The command line (common/cli.py and every package's `cli` module) is the top layer and may
 import anything. Imports inside functions count: they are dependencies all the same.
 """
 
@@ -20,12 +20,14 @@ LAYERS = [
     "serving",
 ]  # fmt: skip
 TOP = len(LAYERS)
+# each layer's folder: the layer's own name, but for perfcast's root modules (setup.py)
+FOLDERS = {layer: ROOT / ("common" if layer == "perfcast" else layer) for layer in LAYERS}
 
 
 def _source_files() -> list[tuple[str, Path]]:
     files = []
     for layer in LAYERS:
-        files += [(layer, path) for path in sorted((ROOT / layer).rglob("*.py"))]
+        files += [(layer, path) for path in sorted(FOLDERS[layer].rglob("*.py"))]
     return files
 
 
@@ -154,3 +156,29 @@ def test_the_registry_is_what_the_package_serves_and_fits() -> None:
         )  # fmt: skip
         assert predictor.family == spec.default_family in spec.families
         assert set(spec.targets) <= set(SCHEMAS[spec.table].columns)
+
+
+def test_tools_resolve_every_module_by_its_import_path() -> None:
+    """The editable install (`make install`) is strict: a folder named on a plain path in a .pth
+    file mirrors the import paths (perfcast/datasets/registry.py, ...), each file a link to the
+    one here, so a tool that resolves imports by path draws one package, not nine folders."""
+    import sysconfig
+
+    import perfcast.datasets
+
+    mirror = Path(perfcast.datasets.__file__).parent.parent  # .../perfcast, the import root
+    site = Path(sysconfig.get_paths()["purelib"])
+    on_pth = {
+        Path(line.strip())
+        for pth in site.glob("*.pth")
+        for line in pth.read_text().splitlines()
+        if line.strip() and not line.startswith(("import ", "#"))
+    }
+    assert mirror.parent in on_pth, (
+        f"perfcast imports from {mirror}, not from a folder a .pth file names: an editable "
+        "install by import hook, which tools cannot follow; run `make install` (strict)"
+    )
+    for layer, path in _source_files():
+        rel = path.relative_to(FOLDERS[layer])
+        linked = mirror / rel if layer == "perfcast" else mirror / layer / rel
+        assert linked.resolve() == path, f"{linked} does not lead to {path}: run `make install`"
