@@ -40,6 +40,17 @@ WATCHED = SPEC.model_copy(update={"min_step_time_s": 0.25})
 RESERVED_3 = "/4.0 GPU (0.0 used of 3.0 reserved in placement groups)"
 
 
+@pytest.fixture(autouse=True)
+def _one_torch_thread():
+    """The reference runs in this process compute on one torch thread, as the executor's
+    workers do: the thread count changes the order of float sums, so a run on two threads is
+    not bit-identical to the workers' (it failed whenever no earlier test module had set one)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     """A head node (2 logical GPUs); the test adds the second raylet itself."""
