@@ -38,6 +38,7 @@ class InterferencePredictor(TaskPredictor):
 
     task = "interference"
     rows_independent = True
+    epochs: int | None = None  # also what a model saved before `epochs` existed reads
 
     def __init__(
         self, model: str = "gbm", random_state: int = 0, epochs: int | None = None

@@ -164,6 +164,7 @@ class ScalingPredictor(TaskPredictor):
 
     task = "scaling"
     rows_independent = True
+    epochs: int | None = None  # also what a model saved before `epochs` existed reads
 
     def __init__(
         self, model: str = "gbm", random_state: int = 0, epochs: int | None = None

@@ -10,6 +10,7 @@ import torch
 from conftest import requires_data
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from sklearn.base import clone
 
 from perfcast import datasets
 from perfcast.errors import ContractError
@@ -229,3 +230,16 @@ def test_duration_handles_unseen_users() -> None:
     rows = trace.iloc[2500:].drop(columns=["duration_s"])
     rows = rows.assign(vc="a-new-virtual-cluster") if "vc" in rows else rows
     _check_intervals(model.predict_interval(rows), "duration_s")
+
+
+@pytest.mark.parametrize("task", ["scaling", "interference"])
+def test_a_model_saved_before_its_epochs_parameter_existed_still_gives_its_parameters(task):
+    """Champions pickled before `epochs` was a parameter have no such attribute: get_params,
+    repr and clone read the class default (None) instead of failing."""
+    new = make_predictor(task, "gbm")
+    state = new.__getstate__()
+    del state["epochs"]
+    old = type(new).__new__(type(new))
+    old.__setstate__(state)
+    assert "epochs" not in vars(old) and old.get_params()["epochs"] is None
+    assert repr(old) == repr(new) and clone(old).get_params() == new.get_params()
