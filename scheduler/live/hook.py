@@ -286,6 +286,9 @@ class TrainingHook:
             if self._pending is Command.SUSPEND:
                 self._pending = Command.NONE
             self._resumes = self._suspensions
+            # said here, not when the parked loop wakes: a status read right after `resume`
+            # returns must not still say suspended (the executor's bookkeeping already does not)
+            self.status.suspended = False
             self._cond.notify_all()
 
     def request_exit(self, reason: str, handoff: bool = False) -> None:
