@@ -163,3 +163,92 @@ def test_an_operator_suspend_holds_under_every_policy_until_resume(name):
     apply_decision(Run("a", cluster.find_free(1), 32), cluster, loop.jobs, 31.0)
     loop.round(32.0)
     assert a.status is JobStatus.RUNNING
+
+
+class OneNode:
+    """A cluster of one node with 4 GPUs that no node joins or leaves."""
+
+    def cluster_spec(self):
+        from perfcast.scheduler.core import ClusterSpec
+
+        return ClusterSpec.parse("1x4:v100")
+
+    def refresh(self):
+        return False
+
+
+class StoreOnlyExecutor:
+    """The executor's side of the runner without Ray: each decision written to the store as
+    `RayExecutor` writes it, no worker that outlives the scheduler (`reattach` says False, so
+    a restarted runner starts every unfinished job again)."""
+
+    def __init__(self, store):
+        self.store, self.nodes, self.clock = store, OneNode(), None
+
+    def apply(self, decisions, jobs, now):
+        from perfcast.scheduler.core import Run, Suspend
+
+        for decision in decisions:
+            if isinstance(decision, Run):
+                self.store.update_job(decision.job_id, status="running", gpus=decision.gpus)
+            elif isinstance(decision, Suspend):
+                self.store.update_job(decision.job_id, status="suspended", gpus=())
+
+    def poll(self):
+        return []
+
+    def kill_orphans(self):
+        return 0
+
+    def reattach(self, job_id):
+        return False
+
+    def rejoin_timeslices(self, job_ids):
+        pass
+
+
+def test_an_operator_hold_survives_a_restart_of_the_scheduler(tmp_path):
+    from perfcast.scheduler.live.runner import LiveRunner
+    from perfcast.scheduler.live.spec import parse_job
+    from perfcast.scheduler.policies import make_policy
+
+    path = tmp_path / "state.db"
+
+    def start():  # a scheduler process on the state: fifo, which runs every job that fits
+        store = JobStore(path)
+        runner = LiveRunner(StoreOnlyExecutor(store), store, make_policy("fifo"))
+        runner.recover()
+        return store, runner
+
+    def statuses(store, runner, rounds=3):
+        for _ in range(rounds):
+            runner.step()
+        assert runner.round_errors == 0
+        return {r.job_id: r.status for r in store.jobs()}
+
+    store, runner = start()
+    for job_id in ("a", "b"):
+        runner.submit(job_id, parse_job({"name": job_id, "iterations": 100, "batch_size": 8}))
+    assert statuses(store, runner) == {"a": "running", "b": "running"}
+    store.add_command("a", "suspend")
+    assert statuses(store, runner) == {"a": "suspended", "b": "running"}
+    assert store.job("a").held and not store.job("b").held
+    store.close()
+
+    store, runner = start()  # restarted: b is started again, a stays held
+    assert statuses(store, runner, rounds=5) == {"a": "suspended", "b": "running"}
+    assert [e["detail"][:5] for e in store.events("a", "operator suspend")] == ["done:"]
+    store.add_command("a", "resume")
+    assert statuses(store, runner) == {"a": "running", "b": "running"}
+    assert not store.job("a").held
+    store.add_command("a", "suspend")  # held again; a refused command leaves the hold
+    refused = store.add_command("a", "suspend")
+    assert statuses(store, runner) == {"a": "suspended", "b": "running"}
+    assert store.command_outcome(refused).startswith("refused") and store.job("a").held
+    store.add_command("a", "resume")
+    statuses(store, runner)
+    store.close()
+
+    store, runner = start()  # the resume cleared the hold: fifo runs a again
+    assert statuses(store, runner) == {"a": "running", "b": "running"}
+    store.close()

@@ -443,7 +443,7 @@ def job_show(job_id: str, state: StateOpt = None) -> None:
         raise PerfcastError(str(err)) from None
     fields = Table("field", "value", title=f"job {job_id}", show_header=False)
     shown = ("status", "gpus", "batch_size", "share", "attempt", "iteration", "samples_done",
-             "mean_step_time_s", "first_start_s", "finish_s", "metrics")  # fmt: skip
+             "mean_step_time_s", "first_start_s", "finish_s", "metrics", "held")  # fmt: skip
     for name in shown:
         fields.add_row(name, str(getattr(record, name)))
     console.print(fields)

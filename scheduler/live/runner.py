@@ -80,12 +80,12 @@ class OperatorHolds:
     """A policy with the jobs an operator suspended (`perfcast job suspend`) left out of its
     schedule until `perfcast job resume`: under every policy a suspended job stays suspended
     (fifo, which places every waiting job, started it again in the same round). Everything
-    else is the policy's own. The holds live in the scheduler process: a restarted service
-    forgets them."""
+    else is the policy's own. `held` starts from the holds recorded in the store (`LiveRunner`
+    reads them), so a restarted service keeps them."""
 
-    def __init__(self, policy: SchedulingPolicy) -> None:
+    def __init__(self, policy: SchedulingPolicy, held: Iterable[str] = ()) -> None:
         self.policy = policy
-        self.held: set[str] = set()
+        self.held: set[str] = set(held)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.policy, name)
@@ -141,7 +141,8 @@ class LiveRunner:
         self.executor, self.store, self.round_s = executor, store, round_s
         cluster = ClusterState(executor.nodes.cluster_spec())
         # policies that need predictions (elastic, gandiva's packing) decide with `predictor`
-        self.holds = OperatorHolds(policy)
+        # the operator's holds, from the store: they outlive a restart of the service
+        self.holds = OperatorHolds(policy, (r.job_id for r in store.jobs() if r.held))
         self.loop = SchedulingLoop(cluster, self.holds, executor, predictor=predictor)  # type: ignore[arg-type]
         self.round_errors = 0  # rounds that raised: logged, and the service went on
         self._flagged: dict[str, int] = {}  # jobs too big, at the cluster size they were
@@ -298,23 +299,25 @@ class LiveRunner:
 
     def _operator_commands(self, now: float) -> None:
         """Carry out `perfcast job ...` commands as decisions of this round. A suspended job
-        stays so until `job resume` (`OperatorHolds`); the policy may undo the others (a
-        migration, a resize) in a later round: they are one-off."""
+        stays so until `job resume` (`OperatorHolds`; the hold is recorded in the store with
+        the command's outcome); the policy may undo the others (a migration, a resize) in a
+        later round: they are one-off."""
         for command_id, job_id, kind, args in self.store.pending_commands():
+            held = None  # a refused command leaves the hold as it was
             try:
                 decision = self._command_decision(job_id, kind, args)
                 ctx = self.loop.context(now)
                 ctx.commit(decision)
                 self.executor.apply(ctx.decisions, self.loop.jobs, now)
                 outcome = f"done: {decision}"
-                if kind == "suspend":
-                    self.holds.held.add(job_id)
-                elif kind == "resume":
-                    self.holds.held.discard(job_id)
+                held = {"suspend": True, "resume": False}.get(kind)
             except (KeyError, ValueError, PerfcastError) as err:
                 outcome = f"refused: {err}"
-            self.store.finish_command(command_id, outcome)
-            self.store.log(job_id, f"operator {kind}", outcome)
+            self.store.finish_command(command_id, outcome, held=held)
+            if held:
+                self.holds.held.add(job_id)
+            elif held is False:
+                self.holds.held.discard(job_id)
 
     def _command_decision(self, job_id: str, kind: str, args: dict[str, Any]) -> Decision:
         state = self.loop.jobs[job_id]

@@ -35,7 +35,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     first_start_s REAL,
     finish_s REAL,
     metrics TEXT,                     -- the job's latest `hook.report`, JSON
-    error TEXT                        -- why it failed (status failed) or last failed
+    error TEXT,                       -- why it failed (status failed) or last failed
+    held INTEGER NOT NULL DEFAULT 0   -- 1: suspended by `perfcast job suspend` until `job resume`
 );
 CREATE TABLE IF NOT EXISTS checkpoints (
     job_id TEXT NOT NULL REFERENCES jobs(job_id),
@@ -66,9 +67,11 @@ CREATE TABLE IF NOT EXISTS events (
 
 _JOB_FIELDS = (
     "status", "gpus", "batch_size", "share", "workers", "attempt", "samples_done", "iteration",
-    "last_step_time_s", "mean_step_time_s", "first_start_s", "finish_s", "metrics", "error",
+    "last_step_time_s", "mean_step_time_s", "first_start_s", "finish_s", "metrics", "error", "held",
 )  # fmt: skip
-_ADDED_COLUMNS = {"metrics": "TEXT", "error": "TEXT"}  # absent from databases of earlier versions
+_ADDED_COLUMNS = {  # absent from databases of earlier versions
+    "metrics": "TEXT", "error": "TEXT", "held": "INTEGER NOT NULL DEFAULT 0",
+}  # fmt: skip
 
 
 class StoreError(PerfcastError):
@@ -94,6 +97,7 @@ class JobRecord:
     finish_s: float | None
     metrics: dict[str, float] | None
     error: str | None
+    held: bool  # an operator's hold: the scheduler leaves the job suspended until `job resume`
 
 
 class JobStore:
@@ -206,11 +210,27 @@ class JobStore:
         )
         return [(i, j, k, json.loads(a)) for i, j, k, a in rows]
 
-    def finish_command(self, command_id: int, outcome: str) -> None:
-        self._write(
-            "UPDATE commands SET done_at = ?, outcome = ? WHERE id = ?",
-            (time.time(), outcome, command_id),
-        )
+    def finish_command(self, command_id: int, outcome: str, *, held: bool | None = None) -> None:
+        """Record a command's outcome, log it as the job's `operator <kind>` event and, with
+        `held`, set or clear the job's operator hold, all in one transaction: a command recorded
+        done always has its hold (or its release) recorded with it."""
+        with self._lock, self._db:
+            row = self._db.execute(
+                "SELECT job_id, kind FROM commands WHERE id = ?", (command_id,)
+            ).fetchone()
+            if row is None:
+                raise StoreError(f"no command {command_id} in {self.path}")
+            job_id, kind = row
+            self._db.execute(
+                "UPDATE commands SET done_at = ?, outcome = ? WHERE id = ?",
+                (time.time(), outcome, command_id),
+            )
+            if held is not None:
+                self._db.execute("UPDATE jobs SET held = ? WHERE job_id = ?", (int(held), job_id))
+            self._db.execute(
+                "INSERT INTO events (job_id, at, kind, detail) VALUES (?, ?, ?, ?)",
+                (job_id, time.time(), f"operator {kind}", outcome),
+            )
 
     def command_outcome(self, command_id: int) -> str | None:
         rows = self._read("SELECT outcome FROM commands WHERE id = ?", (command_id,))
@@ -253,6 +273,7 @@ def _record(row: tuple[Any, ...]) -> JobRecord:
     values["gpus"] = tuple(tuple(g) for g in json.loads(values["gpus"]))
     values["workers"] = tuple(json.loads(values["workers"]))
     values["metrics"] = json.loads(values["metrics"]) if values["metrics"] else None
+    values["held"] = bool(values["held"])
     return JobRecord(**values)
 
 
