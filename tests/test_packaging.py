@@ -63,6 +63,19 @@ print(",".join(m for m in {HEAVY!r} if m in sys.modules))
     assert probe.stdout.strip() == "", f"`perfcast --help` would import {probe.stdout.strip()}"
 
 
+def test_the_live_scheduler_process_does_not_load_torch() -> None:
+    """The scheduler process (`run-trace`, `cluster serve`) creates worker actors but trains
+    nothing: torch is the workers' own import (seconds of every scheduler start)."""
+    probe = _run(sys.executable, "-c", """
+import sys
+from perfcast.scheduler.live.executor import RayExecutor
+from perfcast.scheduler.live.runner import LiveRunner
+from perfcast.scheduler.live.worker import TrainingWorker
+print(",".join(m for m in ("torch", "lightgbm", "sklearn") if m in sys.modules))
+""")  # fmt: skip
+    assert probe.stdout.strip() == "", f"the scheduler process imports {probe.stdout.strip()}"
+
+
 @pytest.mark.slow
 @requires_data
 def test_recorded_row_counts_match_the_loaders() -> None:

@@ -4,31 +4,25 @@ The loop runs in a background thread so the actor keeps answering `status`, `sus
 `resume` and `request_exit` while it trains. Workers are generic: after a job leaves one
 (migration, resize) it can run another, which is how the executor keeps warm spares.
 Workers are named and detached, so they outlive a crashed scheduler process and a restarted
-one reattaches to them instead of starting the job a second time.
+one reattaches to them instead of starting the job a second time. The training side (torch)
+lives in `worker_loop`, which only the worker's own process imports.
 """
 
 from __future__ import annotations
 
 import datetime
-import importlib
 import os
 import socket
 import threading
-import traceback
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
-import torch
-import torch.distributed as dist
 
 from perfcast.scheduler.live.checkpoint import CheckpointRef
-from perfcast.scheduler.live.device import backend_for, bind, worker_device
-from perfcast.scheduler.live.handoff import pack, unpack
-from perfcast.scheduler.live.hook import AlreadyFinished, HookStatus, TrainingHook
-from perfcast.scheduler.live.spec import JobSpec
 
-PROCESS_GROUP_TIMEOUT = datetime.timedelta(seconds=60)
+if TYPE_CHECKING:
+    from perfcast.scheduler.live.hook import TrainingHook
 
 
 @dataclass(frozen=True)
@@ -49,21 +43,13 @@ class Assignment:
     restore_pending: bool = False  # wait for `hand_over` to say what to restore
 
 
-def _warm_up() -> None:
-    """Pay first-use costs now, while the worker is a spare: the optimizer's first
-    construction imports about a second's worth of modules."""
-    importlib.import_module(JobSpec.model_fields["entrypoint"].default.split(":")[0])
-    model = torch.nn.Linear(2, 2)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    model(torch.ones(1, 2)).sum().backward()
-    optimizer.step()
-
-
 @ray.remote(num_cpus=0, max_concurrency=8)
 class TrainingWorker:
     def __init__(self, threads: int = 1) -> None:
-        torch.set_num_threads(threads)
-        _warm_up()
+        from perfcast.scheduler.live import worker_loop  # torch: this process only
+
+        self._loop = worker_loop
+        worker_loop.prepare(threads)
         self._hook: TrainingHook | None = None
         self._assignment: Assignment | None = None
         self._outcome: dict[str, Any] | None = None
@@ -94,7 +80,7 @@ class TrainingWorker:
 
     def status(self) -> dict[str, Any]:
         a = self._assignment
-        hook_status = (self._hook.status if self._hook else HookStatus()).as_dict()
+        hook_status = self._hook.status.as_dict() if self._hook else self._loop.idle_status()
         return {
             "job_id": a.job_id if a else None,
             "attempt": a.attempt if a else None,
@@ -140,7 +126,7 @@ class TrainingWorker:
         hook = self._wait_for_hook()
         if hook:
             ref = CheckpointRef(**restore_from) if restore_from else None
-            hook.hand_over(ref, cancel, unpack(ray.get(state[0])) if state else None)
+            hook.hand_over(ref, cancel, self._loop.unpack(ray.get(state[0])) if state else None)
 
     def _wait_for_hook(self, timeout_s: float = 60.0) -> TrainingHook | None:
         """The hook of the running loop (it exists once the process group is up)."""
@@ -152,49 +138,10 @@ class TrainingWorker:
         return self._hook
 
     def _run(self, a: Assignment) -> None:
-        spec = JobSpec.model_validate(a.spec)
-        outcome: dict[str, Any] = {"job_id": a.job_id, "attempt": a.attempt, "rank": a.rank}
         try:
-            device = worker_device(spec.device, a.gpu_index, torch.cuda.device_count())
-            bind(device)  # one process per GPU: its collectives and allocations go there
-            if a.world_size > 1:
-                dist.init_process_group(
-                    backend_for(device),
-                    init_method=f"tcp://{a.master_addr}:{a.master_port}",
-                    rank=a.rank,
-                    world_size=a.world_size,
-                    timeout=PROCESS_GROUP_TIMEOUT,
-                )
-            restore = CheckpointRef(**a.restore_from) if a.restore_from else None
-            hook = TrainingHook(
-                a.job_id,
-                spec,
-                rank=a.rank,
-                world_size=a.world_size,
-                global_batch=a.global_batch,
-                device=device,
-                checkpoint_dir=a.checkpoint_dir,
-                restore_from=restore,
-                restore_pending=a.restore_pending,
-            )
-            hook.publish = lambda state: [ray.put(pack(state))]  # owned by this worker
-            self._hook = hook
-            module_name, func_name = spec.entrypoint.split(":")
-            getattr(importlib.import_module(module_name), func_name)(a.job_id, spec, hook)
-            finished = hook.status.samples_done >= spec.total_samples
-            outcome |= {
-                "status": "finished" if finished else "exited",
-                "reason": hook.status.exit_reason or "loop returned",
-            }
-        except AlreadyFinished:
-            outcome |= {"status": "finished", "reason": "finished"}
-        except Exception:
-            outcome |= {"status": "failed", "reason": traceback.format_exc(limit=5)}
+            self._outcome = self._loop.run(a, self._set_hook)
         finally:
-            if self._hook:
-                self._hook.mark_ended()
-                outcome |= self._hook.status.as_dict()
-            if dist.is_initialized():
-                dist.destroy_process_group()
-            self._outcome = outcome
             self._done.set()
+
+    def _set_hook(self, hook: TrainingHook) -> None:
+        self._hook = hook
