@@ -1,17 +1,19 @@
 """Elastic allocation of GPUs and batch sizes to many jobs (Saxena et al., MASCOTS'20).
 
 Each job says how fast it runs (predicted samples/s) for each (GPU count, global batch size)
-it can use. `allocate` chooses every job's GPU count and batch size so that the total weighted
-throughput is as large as possible without using more than the cluster's GPUs, honouring each
-job's minimum and maximum GPU count.
+it can use. `solve` (`allocate`: its allocation alone) chooses every job's GPU count and batch
+size so that the total weighted throughput is as large as possible without using more than the
+cluster's GPUs, honouring each job's minimum and maximum GPU count.
 
-It is an exact knapsack over GPUs: for each job the best batch size per GPU count is picked
-first (it never affects other jobs), then a dynamic program over jobs × GPUs used combines
-them. Each job's step is one vectorized max-plus update over the GPU counts the job can use,
-so the work is (GPUs + 1) × the jobs' usable GPU counts (`dp_cells`, which bounds a request):
-1,000 jobs on 512 GPUs solve in well under a second. `predicted_throughputs` fills the jobs'
-tables from the scaling model. `allocate_greedy` (marginal gain per
-GPU) is the baseline and `allocate_exhaustive` the brute-force checker for tiny cases.
+For each job the best batch size per GPU count is picked first (it never affects other jobs).
+Then, while the problem is small enough (`dp_cells` up to `EXACT_CELLS`), an exact knapsack
+over GPUs combines them: a dynamic program over jobs × GPUs used, each job's step one
+vectorized max-plus update over the GPU counts it can use. Larger problems (10,000 jobs on
+10,000 GPUs) go to `allocate_hull`: marginal gains along each job's upper concave hull, taken
+best first. Its answer comes with a proof of quality: the same gains taken fractionally bound
+the optimum from above (`Solution.upper_bound`). `predicted_throughputs` fills the jobs'
+tables from the scaling model. `allocate_greedy` (marginal gain per GPU) is the baseline and
+`allocate_exhaustive` the brute-force checker for tiny cases.
 """
 
 from __future__ import annotations
@@ -142,62 +144,99 @@ def predicted_throughputs(
     return tables
 
 
+# the exact DP up to this many cells (`dp_cells`: about half a second); beyond, `allocate_hull`
+EXACT_CELLS = 20_000_000
+
+
 @dataclass(frozen=True)
-class _Table:
-    """Per job and GPU count: best weighted throughput (-inf where not allowed) and its batch."""
+class _Options:
+    """Every job's usable GPU counts, sorted by job then GPU count: the best weighted
+    throughput on that many GPUs and the global batch size reaching it (0 GPUs, value 0 and
+    batch 0, for a job that may not run)."""
 
-    value: np.ndarray  # (jobs, G + 1) float64
-    batch: np.ndarray  # (jobs, G + 1) int64, 0 where value is -inf or g == 0
+    owner: np.ndarray  # int64, index of the job
+    gpus: np.ndarray  # int64
+    value: np.ndarray  # float64, weighted samples/s
+    batch: np.ndarray  # int64
+    start: np.ndarray  # int64 per job: where its options begin in the arrays above (n + 1)
 
+    def fewest(self) -> np.ndarray:
+        """Each job's smallest usable GPU count (jobs without options: -1)."""
+        n = len(self.start) - 1
+        first = np.full(n, -1, dtype=np.int64)
+        has = self.start[1:] > self.start[:-1]
+        first[has] = self.gpus[self.start[:-1][has]]
+        return first
 
-def _best_per_gpu_count(jobs: Sequence[ElasticJob], total_gpus: int) -> _Table:
-    n, width = len(jobs), total_gpus + 1
-    value = np.full((n, width), -np.inf)
-    batch = np.zeros((n, width), dtype=np.int64)
-    sizes = [len(job.throughput) for job in jobs]
-    if sum(sizes):
-        keys = np.concatenate(
-            [np.asarray(list(j.throughput), dtype=np.int64).reshape(-1, 2) for j in jobs]
-        )
-        rates = np.concatenate([np.fromiter(j.throughput.values(), float) for j in jobs])
-        owner = np.repeat(np.arange(n), sizes)
-        gpus, sizes_b = keys[:, 0], keys[:, 1]
-        weights = np.array([j.weight for j in jobs])
-        lows = np.array([max(j.min_gpus, 1) for j in jobs])
-        highs = np.array([min(j.max_gpus or total_gpus, total_gpus) for j in jobs])
-        keep = (gpus >= lows[owner]) & (gpus <= highs[owner])
-        owner, gpus, sizes_b, rates = owner[keep], gpus[keep], sizes_b[keep], rates[keep]
-        # Sort so the best rate (ties: the smaller batch) of each (job, gpus) comes last in
-        # its run, then keep only the last row of each run.
-        order = np.lexsort((-sizes_b, rates, gpus, owner))
-        owner, gpus, sizes_b, rates = owner[order], gpus[order], sizes_b[order], rates[order]
-        last = np.ones(len(owner), dtype=bool)
-        last[:-1] = (owner[1:] != owner[:-1]) | (gpus[1:] != gpus[:-1])
-        owner, gpus = owner[last], gpus[last]
-        value[owner, gpus] = rates[last] * weights[owner]
-        batch[owner, gpus] = sizes_b[last]
-    for i, job in enumerate(jobs):
-        if job.min_gpus == 0:
-            value[i, 0] = 0.0
-    return _Table(value, batch)
+    def dense(self, total_gpus: int) -> tuple[np.ndarray, np.ndarray]:
+        """(value, batch) as (jobs, total_gpus + 1) tables, -inf and 0 where not usable."""
+        n = len(self.start) - 1
+        value = np.full((n, total_gpus + 1), -np.inf)
+        batch = np.zeros((n, total_gpus + 1), dtype=np.int64)
+        value[self.owner, self.gpus] = self.value
+        batch[self.owner, self.gpus] = self.batch
+        return value, batch
 
 
-def _check_minimums(jobs: Sequence[ElasticJob], table: _Table, total_gpus: int) -> None:
+def _best_by_gpu_count(throughput: Mapping[tuple[int, int], float]) -> tuple[np.ndarray, ...]:
+    """A throughput table's GPU counts (sorted), best samples/s on each and its batch (ties:
+    the smaller batch)."""
+    if not throughput:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, np.zeros(0), empty
+    keys = np.asarray(list(throughput), dtype=np.int64).reshape(-1, 2)
+    rates = np.fromiter(throughput.values(), float, len(keys))
+    gpus, sizes = keys[:, 0], keys[:, 1]
+    # the best rate (ties: the smaller batch) of each GPU count last in its run
+    order = np.lexsort((-sizes, rates, gpus))
+    gpus, sizes, rates = gpus[order], sizes[order], rates[order]
+    last = np.ones(len(gpus), dtype=bool)
+    last[:-1] = gpus[1:] != gpus[:-1]
+    return gpus[last], rates[last], sizes[last]
+
+
+def _options(jobs: Sequence[ElasticJob], total_gpus: int) -> _Options:
+    # jobs that share one throughput table (the same model's curve) read it once
+    curves: dict[int, tuple[np.ndarray, ...]] = {}
+    gpus, values, batches, counts = [], [], [], []
+    for job in jobs:
+        key = id(job.throughput)
+        if key not in curves:
+            curves[key] = _best_by_gpu_count(job.throughput)
+        g, rate, size = curves[key]
+        usable = gpu_counts(job.min_gpus, job.max_gpus, total_gpus)
+        lo, hi = np.searchsorted(g, [usable.start, max(usable.stop, usable.start)])
+        idle = int(job.min_gpus == 0)  # not running is a choice, worth 0
+        gpus += [np.zeros(idle, dtype=np.int64), g[lo:hi]]
+        values += [np.zeros(idle), rate[lo:hi] * job.weight]
+        batches += [np.zeros(idle, dtype=np.int64), size[lo:hi]]
+        counts.append(idle + hi - lo)
+    counts_arr = np.asarray(counts, dtype=np.int64)
+    start = np.concatenate([[0], np.cumsum(counts_arr)])
+    return _Options(
+        owner=np.repeat(np.arange(len(jobs)), counts_arr),
+        gpus=np.concatenate(gpus) if gpus else np.zeros(0, dtype=np.int64),
+        value=np.concatenate(values) if values else np.zeros(0),
+        batch=np.concatenate(batches) if batches else np.zeros(0, dtype=np.int64),
+        start=start,
+    )
+
+
+def _check_minimums(jobs: Sequence[ElasticJob], options: _Options, total_gpus: int) -> None:
     ids = [j.job_id for j in jobs]
     if len(set(ids)) != len(ids):
         dup = next(i for i in ids if ids.count(i) > 1)
         raise PerfcastError(f"job_id {dup!r} appears more than once")
     if total_gpus < 0:
         raise PerfcastError(f"total_gpus must be >= 0, got {total_gpus}")
-    finite = np.isfinite(table.value)
-    cannot_run = [jobs[i].job_id for i in np.flatnonzero(~finite.any(axis=1))]
+    fewest = options.fewest()
+    cannot_run = [jobs[i].job_id for i in np.flatnonzero(fewest < 0)]
     if cannot_run:
         raise InfeasibleAllocationError(
             f"job(s) {', '.join(cannot_run[:5])} have min_gpus > 0 but no throughput for any "
             f"GPU count between their min_gpus and min(max_gpus, {total_gpus} GPUs)"
         )
     # The fewest GPUs each job can run on; their sum must fit.
-    fewest = finite.argmax(axis=1)
     if fewest.sum() > total_gpus:
         needy = sorted(((int(g), jobs[i].job_id) for i, g in enumerate(fewest) if g), reverse=True)
         named = ", ".join(f"{job} ({g})" for g, job in needy[:5])
@@ -207,55 +246,190 @@ def _check_minimums(jobs: Sequence[ElasticJob], table: _Table, total_gpus: int) 
         )
 
 
-def _result(jobs: Sequence[ElasticJob], table: _Table, gpus: Sequence[int]) -> Allocation:
+def _result(jobs: Sequence[ElasticJob], options: _Options, chosen: np.ndarray) -> Allocation:
+    """The allocation picking option `chosen[i]` (an index into `options`) for job i."""
+    gpus, batch = options.gpus[chosen].tolist(), options.batch[chosen].tolist()
     return {
-        job.job_id: (int(g), int(table.batch[i, g])) if g else NOT_RUNNING
-        for i, (job, g) in enumerate(zip(jobs, gpus, strict=True))
+        job.job_id: (g, b) if g else NOT_RUNNING
+        for job, g, b in zip(jobs, gpus, batch, strict=True)
     }
 
 
-def allocate(jobs: Sequence[ElasticJob], total_gpus: int) -> Allocation:
-    """Each job's (num_gpus, batch_size) maximizing total weighted throughput on `total_gpus`.
+def _chosen_at(options: _Options, gpus: np.ndarray) -> np.ndarray:
+    """The option index of each job on `gpus[i]` GPUs (one of its usable counts)."""
+    keys = options.owner * (int(options.gpus.max(initial=0)) + 1) + options.gpus
+    wanted = np.arange(len(gpus)) * (int(options.gpus.max(initial=0)) + 1) + gpus
+    return np.searchsorted(keys, wanted)
+
+
+@dataclass(frozen=True)
+class Solution:
+    """An allocation, its total weighted throughput and an upper bound on the optimum's:
+    equal to it when the exact DP solved the problem, else the fractional solution along the
+    jobs' hulls (`allocate_hull`)."""
+
+    allocation: Allocation
+    value: float
+    upper_bound: float
+    exact: bool
+
+    @property
+    def gap(self) -> float:
+        """At most this fraction of the optimal total weighted throughput is lost."""
+        return max(0.0, 1.0 - self.value / self.upper_bound) if self.upper_bound > 0 else 0.0
+
+
+def solve(jobs: Sequence[ElasticJob], total_gpus: int, exact_cells: int = EXACT_CELLS) -> Solution:
+    """Each job's (num_gpus, batch_size) maximizing total weighted throughput on `total_gpus`:
+    the exact DP up to `exact_cells` cells (`dp_cells`), else `allocate_hull`'s answer.
 
     A job with `min_gpus == 0` may get `(0, 0)`: not running. Raises
     `InfeasibleAllocationError` when the minimums cannot all be met.
     """
-    table = _best_per_gpu_count(jobs, total_gpus)
-    _check_minimums(jobs, table, total_gpus)
+    options = _options(jobs, total_gpus)
+    _check_minimums(jobs, options, total_gpus)
+    if dp_cells(np.diff(options.start).tolist(), total_gpus) > exact_cells:
+        return _hull(jobs, options, total_gpus)
+    chosen = _chosen_at(options, _exact(options, total_gpus))
+    value = float(options.value[chosen].sum())
+    return Solution(_result(jobs, options, chosen), value, value, exact=True)
+
+
+def allocate(jobs: Sequence[ElasticJob], total_gpus: int) -> Allocation:
+    """`solve`'s allocation."""
+    return solve(jobs, total_gpus).allocation
+
+
+def _exact(options: _Options, total_gpus: int) -> np.ndarray:
+    """The GPU count of each job in an optimal allocation (the DP over jobs × GPUs used)."""
+    table, _ = options.dense(total_gpus)
     width = total_gpus + 1
+    n = len(table)
     # best[c] = best total value of the jobs so far using exactly c GPUs.
     best = np.full(width, -np.inf)
     best[0] = 0.0
-    choice = np.zeros((len(jobs), width), dtype=np.int32)
+    choice = np.zeros((n, width), dtype=np.int32)
     # padded[width + c - g] = best[c - g] (-inf for c < g); window[c, t] = padded[c + t] is a
     # strided view, so window[c, width - g] = best[c - g] needs no copy of `best`.
     padded = np.full(2 * width, -np.inf)
     window = sliding_window_view(padded, width + 1)
     columns = np.arange(width)
-    for i in range(len(jobs)):
-        options = np.flatnonzero(np.isfinite(table.value[i]))  # the job's usable GPU counts
+    for i in range(n):
+        usable = options.gpus[options.start[i] : options.start[i + 1]]
         padded[width:] = best
         # candidates[c, k] = best[c - g_k] + value of this job on g_k GPUs: one column per
         # usable count, so a job costs (GPUs + 1) × its choices (see `dp_cells`)
-        lo, hi = int(options[0]), int(options[-1])
-        if hi - lo + 1 == options.size:  # a contiguous range: a view, no gather
+        lo, hi = int(usable[0]), int(usable[-1])
+        if hi - lo + 1 == usable.size:  # a contiguous range: a view, no gather
             shifted = window[:, width - hi : width - lo + 1][:, ::-1]
-            candidates = shifted + table.value[i, lo : hi + 1]
+            candidates = shifted + table[i, lo : hi + 1]
         else:
-            candidates = window[:, width - options] + table.value[i, options]
+            candidates = window[:, width - usable] + table[i, usable]
         pick = candidates.argmax(axis=1)  # first maximum: the fewest GPUs on ties
         best = candidates[columns, pick]
-        choice[i] = options[pick]
+        choice[i] = usable[pick]
     used = int(np.argmax(best))  # the fewest GPUs reaching the optimum
     if not np.isfinite(best[used]):
         raise InfeasibleAllocationError(
             f"no allocation meets every job's GPU limits on {total_gpus} GPUs"
         )
-    gpus = np.zeros(len(jobs), dtype=np.int64)
-    for i in range(len(jobs) - 1, -1, -1):
+    gpus = np.zeros(n, dtype=np.int64)
+    for i in range(n - 1, -1, -1):
         gpus[i] = choice[i, used]
         used -= gpus[i]
-    return _result(jobs, table, gpus)
+    return gpus
+
+
+def allocate_hull(jobs: Sequence[ElasticJob], total_gpus: int) -> Solution:
+    """Marginal gains along each job's upper concave hull (weighted samples/s against GPUs,
+    from the fewest GPUs it can run on), taken in order of gain per GPU while they fit; then
+    GPUs left over go to the single moves that add the most. The work is a sort of the jobs'
+    hull segments, so 10,000 jobs on 10,000 GPUs take well under a second.
+
+    The fractional solution along the hulls (the same order, the first segment that does
+    not fit taken in part) is at least the optimum: `Solution.upper_bound`.
+    """
+    options = _options(jobs, total_gpus)
+    _check_minimums(jobs, options, total_gpus)
+    return _hull(jobs, options, total_gpus)
+
+
+def _upper_hull(options: _Options) -> np.ndarray:
+    """A mask of the options on their job's upper concave hull (GPUs against value): a point
+    under the chord of its hull neighbours is not on it, so removing every such point at
+    once is exact; repeated until none is left."""
+    alive = np.ones(len(options.gpus), dtype=bool)
+    x, y, owner = options.gpus.astype(float), options.value, options.owner
+    while True:
+        idx = np.flatnonzero(alive)
+        if idx.size < 3:
+            return alive
+        prev, mid, nxt = idx[:-2], idx[1:-1], idx[2:]
+        inner = (owner[prev] == owner[mid]) & (owner[nxt] == owner[mid])
+        # mid on or under the chord prev-nxt: (y_mid - y_prev)(x_nxt - x_prev) <= ...
+        cross = (y[mid] - y[prev]) * (x[nxt] - x[prev]) - (y[nxt] - y[prev]) * (x[mid] - x[prev])
+        under = inner & (cross <= 0)
+        if not under.any():
+            return alive
+        alive[mid[under]] = False
+
+
+def _hull(jobs: Sequence[ElasticJob], options: _Options, total_gpus: int) -> Solution:
+    n = len(jobs)
+    first = options.start[:-1]  # each job starts on its fewest GPUs (checked to fit)
+    chosen = first.copy()
+    free = total_gpus - int(options.gpus[first].sum())
+    on_hull = np.flatnonzero(_upper_hull(options))
+    # hull segments: consecutive hull points of one job, with the GPUs and value they add
+    a, b = on_hull[:-1], on_hull[1:]
+    same = options.owner[a] == options.owner[b]
+    a, b = a[same], b[same]
+    extra = options.gpus[b] - options.gpus[a]
+    gain = options.value[b] - options.value[a]
+    slope = gain / extra
+    useful = slope > 0
+    a, b, extra, gain, slope = a[useful], b[useful], extra[useful], gain[useful], slope[useful]
+    # best gain per GPU first; within a job slopes fall, so its segments stay in order
+    order = np.lexsort((options.gpus[a], options.owner[a], -slope))
+    a, b, extra, gain, slope = a[order], b[order], extra[order], gain[order], slope[order]
+    # the longest prefix that fits is taken whole; past it, each segment in turn
+    fits = int(np.searchsorted(np.cumsum(extra), free, side="right"))
+    np.maximum.at(chosen, options.owner[b[:fits]], b[:fits])
+    free -= int(extra[:fits].sum())
+    bound = float(gain[:fits].sum()) + (gain[fits] * free / extra[fits] if fits < len(b) else 0)
+    stuck = np.zeros(n, dtype=bool)  # a job whose next segment did not fit takes no more
+    owners_b = options.owner[b]
+    for k in range(fits, len(b)):
+        if free == 0:
+            break
+        job = owners_b[k]
+        if stuck[job] or chosen[job] != a[k]:
+            stuck[job] = True
+            continue
+        if extra[k] <= free:
+            chosen[job], free = b[k], free - int(extra[k])
+        else:
+            stuck[job] = True
+    chosen = _spend_left_over(options, chosen, free)
+    value = float(options.value[chosen].sum())
+    upper = float(options.value[first].sum()) + bound
+    return Solution(_result(jobs, options, chosen), value, max(upper, value), exact=False)
+
+
+def _spend_left_over(options: _Options, chosen: np.ndarray, free: int) -> np.ndarray:
+    """Give GPUs left over to the move (one job to a larger usable count that fits) that adds
+    the most value, again while one adds any."""
+    chosen = chosen.copy()
+    while free > 0:
+        now = chosen[options.owner]
+        extra = options.gpus - options.gpus[now]
+        gain = np.where((extra > 0) & (extra <= free), options.value - options.value[now], 0.0)
+        best = int(np.argmax(gain))
+        if not gain[best] > 0:
+            return chosen
+        chosen[options.owner[best]] = best
+        free -= int(extra[best])
+    return chosen
 
 
 def allocate_greedy(jobs: Sequence[ElasticJob], total_gpus: int) -> Allocation:
@@ -263,9 +437,10 @@ def allocate_greedy(jobs: Sequence[ElasticJob], total_gpus: int) -> Allocation:
     repeatedly grow the job whose next usable GPU count adds the most weighted throughput per
     extra GPU, while GPUs remain and the gain is positive. Not optimal; compare with `allocate`.
     """
-    table = _best_per_gpu_count(jobs, total_gpus)
-    _check_minimums(jobs, table, total_gpus)
-    finite = np.isfinite(table.value)
+    options = _options(jobs, total_gpus)
+    _check_minimums(jobs, options, total_gpus)
+    value, _ = options.dense(total_gpus)
+    finite = np.isfinite(value)
     gpus = finite.argmax(axis=1)
     free = total_gpus - int(gpus.sum())
     while free > 0:
@@ -274,29 +449,29 @@ def allocate_greedy(jobs: Sequence[ElasticJob], total_gpus: int) -> Allocation:
             larger = np.flatnonzero(finite[i, g + 1 : g + 1 + free])
             if larger.size:
                 step[i] = larger[0] + 1
-                gain[i] = (table.value[i, g + step[i]] - table.value[i, g]) / step[i]
+                gain[i] = (value[i, g + step[i]] - value[i, g]) / step[i]
         i = int(np.argmax(gain))
         if not gain[i] > 0:
             break
         gpus[i] += step[i]
         free -= int(step[i])
-    return _result(jobs, table, gpus)
+    return _result(jobs, options, _chosen_at(options, gpus))
 
 
 def allocate_exhaustive(jobs: Sequence[ElasticJob], total_gpus: int) -> Allocation:
     """Brute force over every combination of GPU counts; for checking `allocate` on tiny cases."""
-    table = _best_per_gpu_count(jobs, total_gpus)
-    _check_minimums(jobs, table, total_gpus)
-    options = [np.flatnonzero(np.isfinite(row)).tolist() for row in table.value]
-    best_value, best_gpus = -math.inf, None
-    for combo in itertools.product(*options):
-        if sum(combo) <= total_gpus:
-            value = sum(table.value[i, g] for i, g in enumerate(combo))
+    options = _options(jobs, total_gpus)
+    _check_minimums(jobs, options, total_gpus)
+    ranges = [range(options.start[i], options.start[i + 1]) for i in range(len(jobs))]
+    best_value, best = -math.inf, None
+    for combo in itertools.product(*ranges):
+        if options.gpus[list(combo)].sum() <= total_gpus:
+            value = options.value[list(combo)].sum()
             if value > best_value:
-                best_value, best_gpus = value, combo
-    if best_gpus is None:
+                best_value, best = value, combo
+    if best is None:
         raise InfeasibleAllocationError(f"no allocation fits on {total_gpus} GPUs")
-    return _result(jobs, table, best_gpus)
+    return _result(jobs, options, np.asarray(best, dtype=np.int64))
 
 
 def total_throughput(jobs: Sequence[ElasticJob], allocation: Allocation) -> float:
