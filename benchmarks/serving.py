@@ -415,6 +415,8 @@ def rss_mb(pid: int) -> float:
     return math.nan
 
 
+BATCHES_16 = [8 * k for k in range(1, 17)]  # 16 local batch sizes
+
 # the largest request each limit admits (defaults of serving/settings.py), and one over it
 LIMIT_CASES = {
     "max_candidates (recommend, 248,150 candidates)": (
@@ -422,12 +424,13 @@ LIMIT_CASES = {
         {**RECOMMEND, "pools": [{**RECOMMEND["pools"][0], "nodes": 100}]},
         {**RECOMMEND, "pools": [{**RECOMMEND["pools"][0], "nodes": 400}]},
     ),
-    "max_allocation_cells (allocate, one predicted job on 2,235 GPUs: 4,999,696 cells)": (
+    "max_allocation_predictions (allocate, one predicted job on 15,625 GPUs × 16 local batch "
+    "sizes: 250,000 configurations; past max_allocation_cells, so the hull allocation)": (
         "/v1/allocate",
-        {"total_gpus": 2235, "jobs": [{"job_id": "p", "job": {"job": "resnet18"},
-                                       "gpu_type": "v100", "local_batch_sizes": [64, 128]}]},
-        {"total_gpus": 16384, "jobs": [{"job_id": "p", "job": {"job": "resnet18"},
-                                        "gpu_type": "v100", "local_batch_sizes": [64]}]},
+        {"total_gpus": 15625, "jobs": [{"job_id": "p", "job": {"job": "resnet18"},
+                                        "gpu_type": "v100", "local_batch_sizes": BATCHES_16}]},
+        {"total_gpus": 15626, "jobs": [{"job_id": "p", "job": {"job": "resnet18"},
+                                        "gpu_type": "v100", "local_batch_sizes": BATCHES_16}]},
     ),
     "max_columns (predict, 800 rows, 256 distinct columns)": (
         "/v1/predict/scaling",

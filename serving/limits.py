@@ -65,11 +65,11 @@ def check_allocate(req: schemas.AllocateRequest, settings: Settings) -> None:
             predictions += counts * len(set(job.local_batch_sizes or []))
         choices.append(counts + (job.min_gpus == 0))  # 0 GPUs is a choice too
     _check(
-        "max_allocation_cells",
-        elastic.dp_cells(choices, total),
+        "max_allocation_choices",
+        sum(choices),
         settings,
-        "the allocation's table, (total_gpus + 1) × the jobs' GPU-count choices,",
-        "give max_gpus, fewer jobs, or split the cluster",
+        "the jobs' GPU-count choices (0 GPUs included)",
+        "give max_gpus, fewer throughput points or fewer jobs",
     )
     _check(
         "max_allocation_predictions",

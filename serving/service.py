@@ -209,10 +209,12 @@ def allocate(
         if job.throughput is not None:
             table = {(p.num_gpus, p.batch_size): p.samples_per_s for p in job.throughput}
         jobs.append(elastic.ElasticJob(job.job_id, table, job.min_gpus, job.max_gpus, job.weight))
-    chosen = elastic.allocate(jobs, req.total_gpus)
+    solution = elastic.solve(
+        jobs, req.total_gpus, exact_cells=(settings or Settings()).max_allocation_cells
+    )
     allocations, total, weighted = [], 0.0, 0.0
     for job in jobs:
-        gpus, batch = chosen[job.job_id]
+        gpus, batch = solution.allocation[job.job_id]
         rate = job.throughput.get((gpus, batch)) if gpus else 0.0
         total += rate or 0.0
         weighted += (rate or 0.0) * job.weight
@@ -227,6 +229,8 @@ def allocate(
         total_throughput=total,
         weighted_throughput=weighted,
         predicted_jobs=len(to_predict),
+        exact=solution.exact,
+        optimality_gap=solution.gap,
         allocations=allocations,
     )
 

@@ -32,8 +32,11 @@ class Settings:
     tasks: tuple[str, ...] = TASKS
     # configurations one recommendation enumerates and scores
     max_candidates: int = 250_000
-    # cells of an allocation's dynamic program: (total_gpus + 1) × the jobs' GPU-count choices
+    # cells of an allocation solved by the exact dynamic program: (total_gpus + 1) × the jobs'
+    # GPU-count choices; a larger one is answered by the hull allocation with its proven gap
     max_allocation_cells: int = 5_000_000
+    # GPU-count choices (0 included) of one allocation's jobs, the hull allocation's work
+    max_allocation_choices: int = 1_000_000
     # configurations the scaling model predicts for one allocation
     max_allocation_predictions: int = 250_000
     # distinct column names across the rows (or jobs) of one request

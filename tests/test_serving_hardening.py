@@ -22,6 +22,7 @@ from perfcast.cli import app as perfcast_cli
 from perfcast.datasets import io
 from perfcast.datasets.fetch import shared_data_available
 from perfcast.errors import ContractError
+from perfcast.optimizer import elastic
 from perfcast.serving.app import MAX_ERRORS, create_app
 from perfcast.serving.batching import INLINE_ROWS, PredictionBatcher
 from perfcast.serving.models import ServedModels
@@ -185,22 +186,33 @@ def test_rows_with_many_distinct_keys_are_refused_by_count_not_by_size(http) -> 
     assert http.post(PREDICT, json={"rows": same}).status_code == 200
 
 
-def test_an_allocation_is_bounded_by_its_table_not_by_its_jobs(http) -> None:
+def test_an_allocation_past_the_exact_table_is_answered_with_its_proven_gap(http, models):
     points = [
-        {"num_gpus": g, "batch_size": 64 * g, "samples_per_s": 90.0 * g} for g in (1, 8, 4096)
+        {"num_gpus": g, "batch_size": 64 * g, "samples_per_s": 90.0 * g**0.8} for g in (1, 8, 4096)
     ]
     given = {"job_id": "a", "throughput": points}
     r = http.post("/v1/allocate", json={"total_gpus": 65_536, "jobs": [given]})
-    assert r.status_code == 200, r.text  # three choices: 4 × 65,537 cells
+    assert r.status_code == 200, r.text  # three choices: 4 × 65,537 cells, solved exactly
     assert r.json()["allocations"][0]["num_gpus"] == 4096
-    every = {"job_id": "p", "job": {"job": "resnet18"}, "gpu_type": "v100",
-             "local_batch_sizes": [64]}  # fmt: skip
-    r = http.post("/v1/allocate", json={"total_gpus": 16_384, "jobs": [every]})
-    assert r.status_code == 413 and r.json()["limit"] == "max_allocation_cells", r.text
-    assert r.json()["value"] == 16_385 * 16_385  # GPU counts 1..16384, and 0
+    assert r.json()["exact"] and r.json()["optimality_gap"] == 0
+    # 400 jobs × 4 choices on 16,384 GPUs: 26M cells, past the exact DP's 5M
     many = [{**given, "job_id": str(i)} for i in range(400)]
     r = http.post("/v1/allocate", json={"total_gpus": 16_384, "jobs": many})
-    assert r.status_code == 413 and r.json()["limit"] == "max_allocation_cells"
+    assert r.status_code == 200, r.text
+    answer = r.json()
+    assert not answer["exact"] and 0 <= answer["optimality_gap"] < 0.05
+    assert answer["used_gpus"] <= 16_384
+    # the proven gap is loose on so few, so lumpy choices: the exact DP finds no better
+    table = {(p["num_gpus"], p["batch_size"]): p["samples_per_s"] for p in points}
+    jobs = [elastic.ElasticJob(j["job_id"], table) for j in many]
+    exact = elastic.solve(jobs, 16_384, exact_cells=10**9)
+    assert answer["weighted_throughput"] == pytest.approx(exact.value, rel=1e-9)
+    # the hull's work is bounded by the jobs' GPU-count choices
+    r = TestClient(_app(models, max_allocation_choices=1000)).post(
+        "/v1/allocate", json={"total_gpus": 16_384, "jobs": many}
+    )
+    assert r.status_code == 413 and r.json()["limit"] == "max_allocation_choices", r.text
+    assert r.json()["value"] == 400 * 4  # three GPU counts each, and 0
 
 
 def test_recommend_is_bounded_by_its_candidates(models) -> None:
