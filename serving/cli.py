@@ -257,9 +257,15 @@ def allocate(
     if as_json:
         print(answer.model_dump_json(indent=2))
         return
+    quality = (
+        "optimal"
+        if answer.exact
+        else f"within {answer.optimality_gap:.2%} of optimal (hull allocation: too large for the "
+        "exact DP)"
+    )
     table = Table(
         title=f"{answer.used_gpus} of {answer.total_gpus} GPUs, "
-        f"{answer.total_throughput:.0f} samples/s in total"
+        f"{answer.total_throughput:.0f} samples/s in total, {quality}"
     )
     for column in ("job", "GPUs", "global batch", "samples/s"):
         table.add_column(column, justify="right")
