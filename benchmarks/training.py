@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import tempfile
+import textwrap
 import time
 
 from benchmarks.report import write_section
@@ -54,7 +55,8 @@ def main() -> None:
         except PerfcastError as err:  # a dataset without the task's target: say so
             seconds = time.perf_counter() - start
             total += seconds
-            lines.append(f"| {task} | {data} | | {seconds:.1f} | not trainable: {err} | |")
+            why = textwrap.shorten(str(err), 110, placeholder=" …")  # `perfcast train` says all
+            lines.append(f"| {task} | {data} | | {seconds:.1f} | not trainable: {why} | |")
             continue
         seconds = time.perf_counter() - start
         total += seconds
