@@ -11,7 +11,7 @@ Over a limit -> `RequestLimitError`, answered 413 naming the setting.
 from __future__ import annotations
 
 from perfcast.errors import PerfcastError
-from perfcast.optimizer import candidates, elastic
+from perfcast.optimizer import candidates, elastic, placement
 from perfcast.serving import schemas
 from perfcast.serving.rows import distinct_columns
 from perfcast.serving.settings import Settings
@@ -88,21 +88,15 @@ def check_allocate(req: schemas.AllocateRequest, settings: Settings) -> None:
 
 
 def check_place(req: schemas.PlaceRequest, settings: Settings) -> None:
-    nodes_by_type: dict[str, int] = {}
-    for node in req.nodes:
-        nodes_by_type[node.gpu_type] = nodes_by_type.get(node.gpu_type, 0) + 1
-    singles = sum(job.num_gpus == 1 for job in req.jobs)
-    spreads = sum(  # at most one step time per node count a job can spread over
-        min(job.num_gpus, nodes) for job in req.jobs if job.num_gpus > 1
-        for nodes in nodes_by_type.values()
-    )  # fmt: skip
+    jobs = [placement.PlacementJob(**j.model_dump()) for j in req.jobs]
+    nodes = [placement.Node(**n.model_dump()) for n in req.nodes]
     _check(
         "max_placement_predictions",
-        singles * (singles - 1) // 2 * len(nodes_by_type) + spreads,
+        placement.prediction_rows(jobs, nodes),
         settings,
-        "the number of predictions the placement makes (pairs of one-GPU jobs × GPU types, "
-        "plus multi-GPU jobs × GPU types × node counts)",
-        "place fewer jobs at once, or over fewer GPU types",
+        "the number of predictions the placement makes (pairs of kinds of one-GPU jobs × GPU "
+        "types, plus kinds of multi-GPU jobs × GPU types × node counts)",
+        "place fewer kinds of jobs at once, or over fewer GPU types",
     )
     _check(
         "max_columns",

@@ -265,11 +265,17 @@ def test_each_route_answers_its_work_bound_with_a_413_before_doing_the_work(
     took = {}
     nodes = [{"name": f"n{t}", "gpu_type": t, "gpus": 8, "gpu_memory_mb": 16384}
              for t in ("k80", "p100", "v100", "a100")]  # fmt: skip
+    # a thousand kinds of one-GPU job: 10^6 pairs of kinds × 4 GPU types to predict
     jobs = [{"job_id": f"j{i}", "num_gpus": 1, "features": {"job": "resnet18",
-             "local_batch_size": 32}} for i in range(1000)]  # fmt: skip
+             "local_batch_size": 1 + i}} for i in range(1000)]  # fmt: skip
     took["place"] = _refused_fast(
         client, "/v1/place", {"nodes": nodes, "jobs": jobs}, "max_placement_predictions"
     )
+    # a thousand jobs of one kind are one pair of kinds × 4 GPU types: within the bound (this
+    # app serves no interference model to answer with)
+    alike = [{**j, "features": {"job": "resnet18", "local_batch_size": 32}} for j in jobs]
+    answer = client.post("/v1/place", json={"nodes": nodes, "jobs": alike})
+    assert answer.status_code == 503 and "interference" in answer.text, answer.text
     plan = (plan_rows * (3000 // len(plan_rows) + 1))[:3000]
     body = {"rows": plan, "parallelism": list(range(1, 65)), "memory_limits_mb": [
         1024.0 * m for m in range(1, 17)]}  # fmt: skip
