@@ -37,6 +37,7 @@ from perfcast.optimizer.elastic import (
     solve,
     total_throughput,
 )
+from perfcast.optimizer.placement import Node, PlacementJob, place, prediction_rows
 from perfcast.optimizer.scoring import Work
 from perfcast.predictor.backend import PredictionBackend
 
@@ -172,6 +173,77 @@ def scaling_backend() -> tuple[PredictionBackend, str]:
     return Fitted(), f"ScalingPredictor(gbm) fitted on {len(rows)} Pollux placement rows"
 
 
+def gavel_backend() -> PredictionBackend:
+    """Scaling and interference gbm models fitted here on Gavel's measurements (K80, P100,
+    V100), answering as a service would."""
+    from perfcast.predictor.interference import InterferencePredictor
+    from perfcast.predictor.scaling import ScalingPredictor
+
+    fitted = {
+        "scaling": ScalingPredictor(model="gbm").fit(load("gavel-scaling")),
+        "interference": InterferencePredictor(model="gbm").fit(load("gavel-interference")),
+    }
+
+    class Fitted:
+        def predict(self, task: str, rows: pd.DataFrame) -> pd.DataFrame:
+            return fitted[task].predict_interval(rows).reset_index(drop=True)
+
+    return Fitted()
+
+
+def placement_jobs(count: int) -> list[PlacementJob]:
+    """A synthetic mix of Gavel's measured kinds: 70% one-GPU jobs of its co-location kinds
+    (job, batch size), the rest 2, 4 or 8 GPUs of its scaling jobs; memory by batch size."""
+    pairs = load("gavel-interference")[["a_job", "a_batch_size"]].drop_duplicates()
+    singles = list(pairs.itertuples(index=False, name=None))
+    scaling = load("gavel-scaling")[["job", "local_batch_size"]].drop_duplicates()
+    multis = list(scaling.itertuples(index=False, name=None))
+    rng = np.random.default_rng(0)
+    jobs = []
+    for i in range(count):
+        gpus = int(rng.choice([1, 2, 4, 8], p=[0.7, 0.1, 0.1, 0.1]))
+        pool = singles if gpus == 1 else multis
+        job, batch = pool[int(rng.integers(len(pool)))]
+        features = {"job": job, "local_batch_size": int(batch)}
+        jobs.append(PlacementJob(f"j{i}", features, gpus, 1_500.0, 20.0 * int(batch)))
+    return jobs
+
+
+def placement_section() -> str:
+    backend = TimedBackend(gavel_backend())
+    lines = [
+        "| jobs | GPUs (nodes × 8) | place (s) | of which predictions (s) | rows predicted | "
+        "pairs of jobs (the old rows) | placed | sharing a GPU |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for count, node_count in ((1_000, 125), (10_000, 1_250)):
+        nodes = [
+            Node(f"n{i}", ("k80", "p100", "v100")[i % 3], 8, (12_000.0, 16_000.0, 16_000.0)[i % 3])
+            for i in range(node_count)
+        ]
+        jobs = placement_jobs(count)
+        backend.seconds = 0.0
+        start = time.perf_counter()
+        plan = place(jobs, nodes, backend)
+        seconds = time.perf_counter() - start
+        singles = sum(j.num_gpus == 1 for j in jobs)
+        shared = sum(a.shares_with is not None for a in plan.assignments.values())
+        lines.append(
+            f"| {count:,} | {8 * node_count:,} | {seconds:.2f} | {backend.seconds:.2f} | "
+            f"{prediction_rows(jobs, nodes):,} | {singles * (singles - 1) // 2 * 3:,} | "
+            f"{len(plan.assignments):,} | {shared:,} |"
+        )
+    return (
+        "Jobs: a synthetic mix of Gavel's measured kinds (70% one-GPU jobs of its 26 co-location "
+        "kinds, the rest 2, 4 or 8 GPUs of its scaling jobs), placed on K80, P100 and V100 "
+        "nodes in turn; predictions from gbm models fitted here on gavel-scaling and "
+        "gavel-interference. Rows are predicted once per kind of job and pair of kinds; the "
+        "placement before predicted one row per pair of one-GPU jobs and GPU type (1,000 "
+        "one-GPU jobs on 4 types: 15.2 s).\n\n" + "\n".join(lines) + "\n\nTarget: 10,000 jobs "
+        "placed in < 1 s."
+    )
+
+
 def config_section() -> str:
     backend, name = scaling_backend()
     # 64 nodes of 4 T4s (the hardware the data was measured on); the local batch size grid of
@@ -213,6 +285,7 @@ def main() -> None:
         "machine; times are wall-clock).\n\n### Elastic allocation (MASCOTS'20 DP)\n\n"
         + elastic_section()
     )
+    body += "\n\n### Placement of many jobs\n\n" + placement_section()
     body += "\n\n### One-job configuration scoring\n\n" + config_section()
     path = write_section("optimizer", "Optimizer", COMMAND, body)
     print(body)

@@ -218,10 +218,16 @@ class _FreeGpus:
                 self.buckets[c][nodes[i].gpus].append(i)
                 self.total[c] += nodes[i].gpus
         self._ideal: dict[tuple[tuple, int], int | None] = {}
+        self._types: dict[float, dict[str, list[tuple[str, float]]]] = {}
 
     def types_for(self, need_mb: float) -> dict[str, list[tuple[str, float]]]:
         """The classes whose GPUs hold `need_mb`, grouped by GPU type, types in the order of
         their first such node."""
+        if need_mb not in self._types:
+            self._types[need_mb] = self._fitting(need_mb)
+        return self._types[need_mb]
+
+    def _fitting(self, need_mb: float) -> dict[str, list[tuple[str, float]]]:
         fitting = sorted((members[0], c) for c, members in self.classes.items() if c[1] >= need_mb)
         types: dict[str, list[tuple[str, float]]] = {}
         for _, c in fitting:
@@ -401,16 +407,13 @@ def _exclusive(
         if ideal is None:
             reasons.append(f"no {job.num_gpus} {gpu_type} GPUs in the cluster")
             continue
+        count = free.free_in(classes)
+        if count < job.num_gpus:
+            reasons.append(f"{count} free {gpu_type} GPUs, needs {job.num_gpus}")
+            continue
         # one node if any fits (the tightest fit), else the nodes with the most free GPUs
         tight = free.tightest(classes, job.num_gpus)
-        if tight is not None:
-            chosen = [tight]
-        else:
-            count = free.free_in(classes)
-            if count < job.num_gpus:
-                reasons.append(f"{count} free {gpu_type} GPUs, needs {job.num_gpus}")
-                continue
-            chosen = free.roomiest(classes, job.num_gpus)
+        chosen = [tight] if tight is not None else free.roomiest(classes, job.num_gpus)
         spread = len(chosen)
         if spread == ideal:
             reason = f"{job.num_gpus} {gpu_type} GPU(s) on {spread} node(s), the fewest possible"
