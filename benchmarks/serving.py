@@ -503,7 +503,7 @@ def service_cpu_ms(rows: int, repeats: int) -> float:
         def champion(self, task: str) -> SimpleNamespace:
             return SimpleNamespace(family="canned", version="0", run_id="-")
 
-        def predict_columns(self, task: str, rows: list, groups: list | None = None) -> dict:
+        def predict(self, task: str, rows: list, groups=None, *, columns: bool = False) -> dict:
             return {name: column.to_numpy()[: len(rows)] for name, column in canned.items()}
 
     app = create_app(Settings(tasks=("scaling",)), CannedModels(("scaling",)))

@@ -8,7 +8,6 @@ import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
 
 import numpy as np
 import pandas as pd
@@ -25,7 +24,8 @@ from perfcast.datasets.contract import (
 )
 from perfcast.datasets.placements import even_placement
 from perfcast.errors import ContractError, PerfcastError
-from perfcast.predictor.backend import TASK_TABLES, PredictionBackend, Task
+from perfcast.predictor.backend import TASK_TABLES
+from perfcast.predictor.base import CheckedRows
 
 CONFIG_COLUMNS = ("gpu_type", "num_nodes", "num_gpus", "placement", "local_batch_size")
 
@@ -172,38 +172,29 @@ def _pool_candidates(
     }
 
 
-@runtime_checkable
-class CheckedRowsBackend(PredictionBackend, Protocol):
-    """A backend that also predicts rows already checked against the data contract without
-    checking them again (`serving.models.ServedModels`, the in-process champions): given the
-    candidates of a checked request (`checked_candidates`), the 10^5 rows are not checked
-    one by one."""
-
-    def predict_checked(self, task: Task, rows: pd.DataFrame) -> pd.DataFrame: ...
-
-
-def checked_candidates(candidates: pd.DataFrame) -> pd.DataFrame:
-    """`enumerate_candidates`' rows as the contract's check of prediction rows returns them,
-    checking the first row of each GPU pool only: the others differ from it in the columns
-    that `enumerate_candidates` builds valid (GPUs, nodes, their placement, batch sizes >= 1),
-    and the job's values are the request's, repeated. Where those rows' values are plain and
-    valid and no column needs coercing (`contract.validates_as_is`), the candidates are the
-    checked rows as they are; else the rows are checked as a frame, and a job column the check
-    coerces takes its coerced value (text stays categorical: its one string). Where a pool's
-    row fails, the whole table is checked, so the error is the one it always was."""
+def checked_candidates(candidates: pd.DataFrame) -> CheckedRows:
+    """`enumerate_candidates`' rows as the contract's check of prediction rows returns them
+    (`CheckedRows`, which a predictor does not check again), checking the first row of each
+    GPU pool only: the others differ from it in the columns that `enumerate_candidates`
+    builds valid (GPUs, nodes, their placement, batch sizes >= 1), and the job's values are
+    the request's, repeated. Where those rows' values are plain and valid and no column needs
+    coercing (`contract.validates_as_is`), the candidates are the checked rows as they are;
+    else the rows are checked as a frame, and a job column the check coerces takes its
+    coerced value (text stays categorical: its one string). Where a pool's row fails, the
+    whole table is checked, so the error is the one it always was."""
     kind, targets = TASK_TABLES["scaling"]
     source = "scaling prediction rows"  # as `TaskPredictor._check_rows` names them
     first = np.unique(candidates["gpu_type"].cat.codes.to_numpy(), return_index=True)[1]
     if validates_as_is(candidates, candidates.iloc[first], kind, exclude=targets):
-        return candidates  # the job's values plain and valid, no column to coerce
+        return CheckedRows(candidates)  # the job's values plain and valid, nothing to coerce
     # their values as text, not a categorical's 10^4 placements checked for a few rows
     text = [n for n, t in candidates.dtypes.items() if isinstance(t, pd.CategoricalDtype)]
     pool_rows = candidates.iloc[first].astype(dict.fromkeys(text, object))
     try:
         clean = validate_prediction_rows(pool_rows, kind, targets, source=source)
     except ContractError:
-        return validate_prediction_rows(candidates, kind, targets, source=source)
-    checked = candidates.copy(deep=False)
+        return CheckedRows(validate_prediction_rows(candidates, kind, targets, source=source))
+    checked = CheckedRows(candidates.copy(deep=False))
     repeat = np.zeros(len(candidates), dtype=np.intp)
     for name, column in clean.items():
         if name in ("gpu_type", "placement") or column.dtype == pool_rows[name].dtype:

@@ -3,9 +3,9 @@
 `recommend` runs four steps, each in its own module:
 1. `candidates`: every (GPU type, GPU count, node count, local batch size) in one DataFrame, GPUs
    spread as evenly as possible over the nodes;
-2. `scoring`: ONE `predict("scaling", ...)` call for all of them (`predict_checked` where the
-   backend takes rows already checked: the request is checked once, not each candidate), then
-   throughput, scaling efficiency, total time and cost with their intervals, as arrays;
+2. `scoring`: ONE `predict("scaling", ...)` call for all of them, as `CheckedRows` (the
+   request is checked once, not each candidate), then throughput, scaling efficiency, total
+   time and cost with their intervals, as arrays;
 3. here: filtered by deadline and budget, ranked by the objective; `front`: a short list of
    configurations that differ, read off the ranking;
 4. `reasons`: one line each on why it was chosen.

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from perfcast.errors import PerfcastError
-from perfcast.optimizer.candidates import CheckedRowsBackend, checked_candidates
+from perfcast.optimizer.candidates import checked_candidates
 from perfcast.predictor.backend import PredictionBackend
 
 
@@ -40,11 +40,9 @@ def score_candidates(
 
 
 def predicted(candidates: pd.DataFrame, backend: PredictionBackend) -> pd.DataFrame:
-    """The backend's answer for `enumerate_candidates`' rows: `predict_checked` of
-    `checked_candidates` where it has one, else `predict`."""
-    if isinstance(backend, CheckedRowsBackend):
-        return backend.predict_checked("scaling", checked_candidates(candidates))
-    return backend.predict("scaling", candidates)
+    """The backend's answer for `enumerate_candidates`' rows, handed to it as
+    `checked_candidates`' `CheckedRows`: the request is checked once, not each candidate."""
+    return backend.predict("scaling", checked_candidates(candidates))
 
 
 class Scored:

@@ -5,6 +5,9 @@ its target; the answer is a DataFrame aligned with the rows (for `runtime`: one 
 `sample_id`) holding, for each target of the task, the columns `<target>`, `<target>_p10` and
 `<target>_p90`. The in-process predictors, the HTTP client (`serving.client.PerfcastClient`)
 and the simulator's oracle all speak this, so a consumer switches between them with one setting.
+Rows may come as `predictor.base.CheckedRows` (a DataFrame marked as already checked against
+the contract, as the optimizer hands over its candidates): the in-process predictors do not
+check them again, and any other backend reads them as the frame they are.
 """
 
 from __future__ import annotations
@@ -30,5 +33,6 @@ TASK_TABLES: dict[str, tuple[str, tuple[str, ...]]] = {
 @runtime_checkable
 class PredictionBackend(Protocol):
     def predict(self, task: Task, rows: pd.DataFrame) -> pd.DataFrame:
-        """Predictions with p10/p90 for each target of `task`, aligned with `rows`."""
+        """Predictions with p10/p90 for each target of `task`, aligned with `rows` (a frame,
+        `CheckedRows` among them)."""
         ...

@@ -4,13 +4,15 @@
 from the rows when `y` is None) and returns `self`; learned attributes end in `_`;
 `predict(rows)` gives point predictions; `predict_interval(rows)` gives, for each target, the
 columns `<target>`, `<target>_p10` and `<target>_p90` (the shape `predictor.backend` promises).
+Both take a frame (checked against the contract), `CheckedRows` (rows already checked) or
+records (parsed JSON objects); each predictor picks its fastest way to read what it is given.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from typing import ClassVar, Self
+from typing import ClassVar, Literal, Self, overload
 
 import numpy as np
 import pandas as pd
@@ -72,11 +74,27 @@ FLAGS: dict[str, str] = {
 }
 
 
+class CheckedRows(pd.DataFrame):
+    """Prediction rows already as the contract's check returns them (its values; text may be
+    categorical), made by a caller from rows it checked, as the optimizer makes its
+    candidates from a checked request. `CheckedRows(frame)` shares `frame`'s data. A
+    predictor answers them without checking them again; any other reader of a frame (the
+    HTTP client, the simulator's oracle) reads them as the frame they are. What pandas
+    derives from them (a slice, a copy) is a plain DataFrame, checked again when predicted."""
+
+
+# What a predictor answers: a frame of contract-table rows without targets, checked against
+# the contract first; `CheckedRows`, trusted; or records (rows as parsed JSON objects, as the
+# service receives them), checked as the frame they make.
+PredictionRows = pd.DataFrame | Sequence[Mapping[str, object]]
+Columns = dict[str, np.ndarray]  # an answer as columns: name -> one value per prediction
+
+
 class TaskPredictor(BaseEstimator, ABC):
     task: ClassVar[str]  # a name in the task registry; kind and targets are read from it
     kind: ClassVar[str]  # contract table the rows follow
     targets: ClassVar[tuple[str, ...]]
-    # whether each row's prediction depends on that row alone, so that `predict_columns` may
+    # whether each row's prediction depends on that row alone, so that `predict_interval` may
     # answer several groups (a micro-batch's requests) in one call
     rows_independent: ClassVar[bool] = False
 
@@ -98,46 +116,79 @@ class TaskPredictor(BaseEstimator, ABC):
         rows = self._with_targets(rows, y)
         return self._fit(validate(rows, self.kind, source=f"{self.task} training rows"))
 
-    def predict(self, rows: pd.DataFrame) -> np.ndarray:
+    def predict(self, rows: PredictionRows) -> np.ndarray:
+        """The targets' point predictions (`predict_interval`'s `<target>` columns): one
+        array, or one column per target."""
         frame = self.predict_interval(rows)
         values = frame[list(self.targets)].to_numpy()
         return values[:, 0] if len(self.targets) == 1 else values
 
-    def predict_interval(self, rows: pd.DataFrame) -> pd.DataFrame:
-        self._require_fitted()
-        return self._predict_interval(self._check_rows(rows))
+    @overload
+    def predict_interval(
+        self,
+        rows: PredictionRows,
+        groups: Sequence[int] | None = None,
+        *,
+        columns: Literal[False] = False,
+    ) -> pd.DataFrame: ...
 
-    def predict_checked(self, rows: pd.DataFrame) -> pd.DataFrame:
-        """`predict_interval` of rows already as `_check_rows` returns them (its values; text
-        may be categorical), not checked again: rows the caller built from checked ones, as
-        the optimizer builds its candidates from a checked request."""
+    @overload
+    def predict_interval(
+        self, rows: PredictionRows, groups: Sequence[int] | None = None, *, columns: Literal[True]
+    ) -> Columns: ...
+
+    def predict_interval(
+        self, rows: PredictionRows, groups: Sequence[int] | None = None, *, columns: bool = False
+    ) -> pd.DataFrame | Columns:
+        """For each target, `<target>`, `<target>_p10` and `<target>_p90`, then `flags`; a
+        frame with the rows' index (a per-sample task's: one row per `sample_id`).
+
+        `rows`: a frame, checked against the contract first (a bad row is refused as a bad
+        file's would be); `CheckedRows`, not checked again (scaling then answers `flags` as a
+        categorical of the same strings: 10^5 candidates have a few distinct sets); or
+        records, checked as their frame would be (scaling reads a few records whose values
+        already have the contract's types without making one: `scaling.FEW_ROWS`). `groups`
+        (one per row; the requests of a micro-batch, in order) are answered as separate calls
+        would answer them. `columns=True` answers a dict of arrays instead of a frame, a
+        per-sample task's `sample_id` first: what the service serializes."""
         self._require_fitted()
-        return self._predict_interval(rows)
+        if groups is not None and not self.rows_independent and len(set(groups)) > 1:
+            if not isinstance(rows, pd.DataFrame):  # one frame: the parts keep its index
+                rows = pd.DataFrame.from_records(list(rows))
+            parts = [self._answer(part, columns) for part in _split(rows, groups)]
+            if columns:
+                return {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
+            return pd.concat(parts)
+        return self._answer(rows, columns)
 
     def _require_fitted(self) -> None:
         if not hasattr(self, "fitted_"):
             raise ContractError(f"{type(self).__name__} is not fitted")
 
-    def predict_columns(
-        self, records: Sequence[Mapping[str, object]], groups: Sequence[int] | None = None
-    ) -> dict[str, np.ndarray]:
-        """`predict_interval` of `records` (rows as parsed JSON objects) as columns: a
-        per-sample task's index first (its `sample_id`), then the answer's. `groups` (one per
-        record; the requests of a micro-batch) are answered as separate calls would answer them.
-        """
-        if groups is not None and not self.rows_independent and len(set(groups)) > 1:
-            parts = [self.predict_columns(part) for part in _split(records, groups)]
-            return {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
-        frame = self.predict_interval(pd.DataFrame.from_records(list(records)))
-        if frame.index.name is not None:
+    def _answer(self, rows: PredictionRows, columns: bool) -> pd.DataFrame | Columns:
+        """`predict_interval` of one group: `_predict_interval` of the checked rows."""
+        frame = self._predict_interval(self._checked(rows))
+        if not columns:
+            return frame
+        if frame.index.name is not None:  # a per-sample task's sample_id
             frame = frame.reset_index()
         return {str(name): column.to_numpy() for name, column in frame.items()}
+
+    def _checked(self, rows: PredictionRows) -> pd.DataFrame:
+        """`rows` as the contract's check returns them: `CheckedRows` as they are, a frame or
+        records checked."""
+        if isinstance(rows, CheckedRows):
+            return rows
+        if not isinstance(rows, pd.DataFrame):
+            rows = pd.DataFrame.from_records(list(rows))
+        return self._check_rows(rows)
 
     @abstractmethod
     def _fit(self, rows: pd.DataFrame) -> Self: ...
 
     @abstractmethod
-    def _predict_interval(self, rows: pd.DataFrame) -> pd.DataFrame: ...
+    def _predict_interval(self, rows: pd.DataFrame) -> pd.DataFrame:
+        """The answer to checked rows (`_checked`'s), with their index."""
 
     def _with_targets(self, rows: pd.DataFrame, y: pd.DataFrame | None) -> pd.DataFrame:
         if y is None:
@@ -208,11 +259,11 @@ def interval_frame(
     return pd.DataFrame(interval_columns(targets, quantiles), index=index)
 
 
-def _split(records: Sequence, groups: Sequence[int]) -> list[list]:
-    """`records` cut where `groups` changes value (a micro-batch's requests, in order)."""
-    parts: list[list] = []
-    for i, (record, group) in enumerate(zip(records, groups, strict=True)):
-        if i == 0 or group != groups[i - 1]:
-            parts.append([])
-        parts[-1].append(record)
-    return parts
+def _split(rows: pd.DataFrame, groups: Sequence[int]) -> list[pd.DataFrame]:
+    """`rows` cut where `groups` changes value (a micro-batch's requests, in order);
+    `CheckedRows` stay so."""
+    if len(groups) != len(rows):
+        raise ValueError(f"{len(groups)} groups for {len(rows)} rows")
+    cuts = [i for i in range(1, len(groups)) if groups[i] != groups[i - 1]]
+    parts = [rows.iloc[a:b] for a, b in zip([0, *cuts], [*cuts, len(rows)], strict=True)]
+    return [CheckedRows(p) for p in parts] if isinstance(rows, CheckedRows) else parts

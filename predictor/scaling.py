@@ -38,7 +38,15 @@ from perfcast.datasets.contract import few_row_columns, validate
 from perfcast.errors import ContractError
 from perfcast.features.devices import DEVICES, canonical_device, interconnect_of
 from perfcast.features.scaling import nominal_gradient_bytes
-from perfcast.predictor.base import TaskPredictor, flags_categorical, flags_column, interval_columns
+from perfcast.predictor.base import (
+    CheckedRows,
+    Columns,
+    PredictionRows,
+    TaskPredictor,
+    flags_categorical,
+    flags_column,
+    interval_columns,
+)
 from perfcast.predictor.regressors import make_regressor
 from perfcast.predictor.throughput import (
     ETHERNET_10G_GBPS,
@@ -738,31 +746,27 @@ class ScalingPredictor(TaskPredictor):
         step = self.law_.step_seconds(compute, sync)
         return np.log(step), compute_src, sync_src
 
-    def _predict_interval(self, rows: pd.DataFrame, text_flags: bool = True) -> pd.DataFrame:
-        return pd.DataFrame(self._answer(Rows.of(rows), text_flags), index=rows.index)
-
-    def predict_checked(self, rows: pd.DataFrame) -> pd.DataFrame:
-        """`TaskPredictor.predict_checked`, the `flags` a categorical (10^5 candidates have a
-        few distinct sets)."""
-        self._require_fitted()
-        return self._predict_interval(rows, text_flags=False)
-
-    def predict_columns(
-        self, records: Sequence[Mapping[str, object]], groups: Sequence[int] | None = None
-    ) -> dict[str, np.ndarray]:
-        """A few records whose values already have the contract's types are read without a
-        frame; others are checked as a frame. Every row is answered alone (`groups` change
-        nothing: no answer depends on another row)."""
-        self._require_fitted()
+    def _answer(self, rows: PredictionRows, columns: bool) -> pd.DataFrame | Columns:
+        """`TaskPredictor._answer` without the frames it does not need: up to FEW_ROWS records
+        whose values already have the contract's types are read as they are
+        (`few_row_columns`), and a `columns` answer is the columns as made."""
         table = None
-        if len(records) <= FEW_ROWS:
-            table = few_row_columns(records, self.kind, exclude=self.targets)
+        if not isinstance(rows, pd.DataFrame) and len(rows) <= FEW_ROWS:
+            table = few_row_columns(rows, self.kind, exclude=self.targets)
         if table is None:
-            rows = self._check_rows(pd.DataFrame.from_records(list(records)))
-            return self._answer(Rows.of(rows))
-        return self._answer(Rows.of(table))
+            table = self._checked(rows)
+            if not columns:
+                return self._predict_interval(table)
+        answer = self._interval_columns(table)
+        return answer if columns else pd.DataFrame(answer)
 
-    def _answer(self, arrays: Rows, text_flags: bool = True) -> dict[str, np.ndarray]:
+    def _predict_interval(self, rows: pd.DataFrame) -> pd.DataFrame:
+        return pd.DataFrame(self._interval_columns(rows), index=rows.index)
+
+    def _interval_columns(self, table: pd.DataFrame | Mapping[str, list]) -> Columns:
+        """The answer's columns for checked rows (a frame, or `few_row_columns`' columns);
+        `flags` a categorical for `CheckedRows`."""
+        arrays = Rows.of(table)
         log_step, compute_src, sync_src = self._predict_log(arrays)
         mid = np.exp(log_step)
         # the interval's factors per (compute source, sync source): 12 pairs, not 10^5 rows
@@ -777,7 +781,8 @@ class ScalingPredictor(TaskPredictor):
         hi = mid * high[compute_src, sync_src + 1]
         answer = interval_columns(self.targets, [(lo, mid, hi)])
         flags = self._flags(arrays, compute_src, sync_src)
-        answer["flags"] = (flags_column if text_flags else flags_categorical)(flags, len(mid))
+        spell = flags_categorical if isinstance(table, CheckedRows) else flags_column
+        answer["flags"] = spell(flags, len(mid))
         return answer
 
     def _flags(self, arrays: Rows, compute_src: np.ndarray, sync_src: np.ndarray) -> dict:

@@ -3,13 +3,14 @@
 A predictor call has a cost whatever the number of rows (contract checks, features, three
 LightGBM models), so under load one call per request saturates the CPU. While a call runs, new
 requests of the same task (and the same columns) queue; the next call takes them all (up to
-`max_rows`), each request one group of `TaskPredictor.predict_columns`, which answers each
-group as a call of its own would (the test suite checks that batched and single answers are
-equal). A lone request is never delayed: it runs at once. Requests whose client has gone are
-dropped from the queue before their call. Rows reach the batch with their JSON types already
-checked (the typed rows of `serving/rows.py`); when a combined call still fails on a row, that
-row's request alone gets the error and the others are answered by one more call, so a few bad
-requests never turn a batch into one call per request.
+`max_rows`), each request one of the `groups` of a `TaskPredictor.predict_interval` call of
+records answered as columns, which answers each group as a call of its own would (the test
+suite checks that batched and single answers are equal). A lone request is never delayed: it
+runs at once. Requests whose client has gone are dropped from the queue before their call.
+Rows reach the batch with their JSON types already checked (the typed rows of
+`serving/rows.py`); when a combined call still fails on a row, that row's request alone gets
+the error and the others are answered by one more call, so a few bad requests never turn a
+batch into one call per request.
 """
 
 from __future__ import annotations
@@ -18,10 +19,10 @@ import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
-import numpy as np
 from starlette.concurrency import run_in_threadpool
 
 from perfcast.errors import ContractError
+from perfcast.predictor.base import Columns
 from perfcast.predictor.tasks import TASK_SPECS
 from perfcast.serving.models import ServedModels
 from perfcast.serving.settings import MAX_ROWS
@@ -32,7 +33,6 @@ BATCHED_TASKS = tuple(name for name, spec in TASK_SPECS.items() if spec.batched)
 INLINE_ROWS = 32
 
 Rows = list[Mapping[str, object]]  # a request's rows, as parsed JSON objects
-Columns = dict[str, np.ndarray]  # an answer: column name -> one value per prediction
 
 
 @dataclass
@@ -64,7 +64,7 @@ class PredictionBatcher:
         """Predictions for `rows`; `gone()` answers whether the client has left."""
         if task not in self.tasks:
             self.calls += 1
-            return await run_in_threadpool(self.models.predict_columns, task, rows)
+            return await run_in_threadpool(self.models.predict, task, rows, columns=True)
         key = (task, frozenset().union(*rows))
         future = asyncio.get_running_loop().create_future()
         self._pending.setdefault(key, []).append(_Item(rows, future, gone))
@@ -128,10 +128,10 @@ class PredictionBatcher:
 
     def _predict_all(self, task: str, requests: list[Rows]) -> list[Columns]:
         if len(requests) == 1:
-            return [self.models.predict_columns(task, requests[0])]
+            return [self.models.predict(task, requests[0], columns=True)]
         rows = [row for request in requests for row in request]
         groups = [i for i, request in enumerate(requests) for _ in request]
-        out = self.models.predict_columns(task, rows, groups)
+        out = self.models.predict(task, rows, groups, columns=True)
         parts, start = [], 0
         for request in requests:
             stop = start + len(request)

@@ -7,12 +7,12 @@ import copy
 import dataclasses
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import NamedTuple
+from typing import Literal, NamedTuple, overload
 
-import numpy as np
 import pandas as pd
 
 from perfcast.predictor.backend import Task
+from perfcast.predictor.base import Columns, PredictionRows
 from perfcast.serving.errors import ModelUnavailableError
 from perfcast.serving.metrics import ServiceMetrics
 from perfcast.training import model_store
@@ -37,8 +37,8 @@ class _Observed(NamedTuple):
 
 class ServedModels:
     """Champions of the served tasks, swapped as a whole on `reload()` so a request never sees
-    a half-loaded set. `predict` follows the PredictionBackend protocol, `predict_checked`
-    the optimizer's `CheckedRowsBackend`.
+    a half-loaded set. `predict` follows the PredictionBackend protocol and takes whatever
+    a predictor takes.
 
     `observe(task, rows)` adds measured rows to a champion: a copy takes them and is swapped in
     under the reload lock, so a request reads the champion before or after, never one being
@@ -157,30 +157,40 @@ class ServedModels:
             return f"{error}, then POST /v1/models/reload"
         return missing_reason(task)
 
-    def predict(self, task: Task, rows: pd.DataFrame) -> pd.DataFrame:
-        champion = self.champion(task)
-        out = champion.predictor.predict_interval(rows)
-        self._count(task, champion, len(out))
-        return out
-
-    def predict_checked(self, task: Task, rows: pd.DataFrame) -> pd.DataFrame:
-        """`predict` of rows already checked against the contract (`TaskPredictor.
-        predict_checked`): the optimizer's candidates, built from a checked request."""
-        champion = self.champion(task)
-        out = champion.predictor.predict_checked(rows)
-        self._count(task, champion, len(out))
-        return out
-
-    def predict_columns(
+    @overload
+    def predict(
         self,
         task: Task,
-        records: Sequence[Mapping[str, object]],
+        rows: PredictionRows,
         groups: Sequence[int] | None = None,
-    ) -> dict[str, np.ndarray]:
-        """The champion's `predict_columns` (the HTTP routes' path: rows as parsed JSON)."""
+        *,
+        columns: Literal[False] = False,
+    ) -> pd.DataFrame: ...
+
+    @overload
+    def predict(
+        self,
+        task: Task,
+        rows: PredictionRows,
+        groups: Sequence[int] | None = None,
+        *,
+        columns: Literal[True],
+    ) -> Columns: ...
+
+    def predict(
+        self,
+        task: Task,
+        rows: PredictionRows,
+        groups: Sequence[int] | None = None,
+        *,
+        columns: bool = False,
+    ) -> pd.DataFrame | Columns:
+        """The champion's `predict_interval` (`TaskPredictor.predict_interval`: a frame,
+        `CheckedRows` such as the optimizer's candidates, or records such as the HTTP routes'
+        rows; `groups` a micro-batch's requests; `columns=True` for the routes' columns)."""
         champion = self.champion(task)
-        out = champion.predictor.predict_columns(records, groups)
-        self._count(task, champion, len(next(iter(out.values()))))
+        out = champion.predictor.predict_interval(rows, groups, columns=columns)
+        self._count(task, champion, len(next(iter(out.values()))) if columns else len(out))
         return out
 
     def _count(self, task: str, champion, predictions: int) -> None:

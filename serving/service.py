@@ -30,9 +30,9 @@ def model_ref(models: ServedModels, task: str) -> schemas.ModelRef:
 def prediction_records(
     answer: pd.DataFrame | Mapping[str, np.ndarray],
 ) -> list[dict[str, object]]:
-    """Records for JSON from an answer's columns (a frame's or `predict_columns`'), column by
-    column (a tenth of the time of pandas' row-wise paths): NaN and infinities become null
-    (JSON has no NaN), `flags` a list."""
+    """Records for JSON from an answer's columns (a frame's, or `predict_interval`'s with
+    `columns=True`), column by column (a tenth of the time of pandas' row-wise paths): NaN
+    and infinities become null (JSON has no NaN), `flags` a list."""
     columns = {}
     for name, series in answer.items():
         values = series.tolist()

@@ -1,8 +1,9 @@
 """The fast paths of prediction give the same answers as the slow, general code they skip:
 LightGBM boosters on a float matrix vs the sklearn wrapper on a frame (and that matrix made
 from columns vs from their frame), the contract's pandera-free check of passing tables vs
-pandera itself (which still words every error), and its checks of a few rows on Python
-values vs the vectorized checks."""
+pandera itself (which still words every error), its checks of a few rows on Python values vs
+the vectorized checks, and each kind of rows `predict_interval` takes (checked rows, records,
+records in groups, an answer as columns) vs a frame of the same rows."""
 
 from __future__ import annotations
 
@@ -12,7 +13,12 @@ import numpy as np
 import pandas as pd
 import pandera.pandas as pa
 import pytest
-from conftest import requires_data
+from conftest import (
+    gavel_muri_scaling_rows,
+    gavel_pairs,
+    requires_data,
+    scaling_model_without_k80_multi,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -20,6 +26,8 @@ from perfcast import datasets
 from perfcast.datasets import contract, placements
 from perfcast.datasets.contract import SCHEMAS, _normalize_booleans, _passing_table, validate
 from perfcast.errors import ContractError
+from perfcast.predictor import make_predictor
+from perfcast.predictor.base import CheckedRows, TaskPredictor, interval_frame
 from perfcast.predictor.regressors import SAME_LEAVES_ROWS, QuantileGBM, lgbm_matrix
 
 pytestmark = requires_data
@@ -324,3 +332,101 @@ def test_records_pass_the_few_row_check_only_as_their_frame_passes_validate(data
             want = [None if pd.isna(v) else v for v in clean[name].tolist()]
             got = [None if v is None or v != v else v for v in columns[name]]
             assert got == want, name
+
+
+# Every way to ask a predictor (`TaskPredictor.predict_interval`) answers as a frame of the
+# same rows does: rows checked already (`CheckedRows`: not checked again), records as parsed
+# JSON (scaling reads a few without a frame), records in groups (a micro-batch's requests,
+# each answered as a call of its own), and the answer as columns (the service's).
+
+
+def _scaling_case() -> tuple[object, pd.DataFrame]:
+    rows = gavel_muri_scaling_rows().drop(columns="step_time_s").sample(40, random_state=3)
+    unseen = rows.iloc[[0, 1]].assign(job="never-seen-net")  # flagged rows among them
+    return scaling_model_without_k80_multi(), pd.concat([rows, unseen])
+
+
+def _interference_case() -> tuple[object, pd.DataFrame]:
+    pairs = gavel_pairs()
+    model = make_predictor("interference", "gbm").fit(pairs)
+    return model, pairs.drop(columns=["a_speed", "b_speed"]).sample(40, random_state=3)
+
+
+def _duration_case() -> tuple[object, pd.DataFrame]:
+    trace = datasets.load("pollux-philly")
+    model = make_predictor("duration", "gbm").fit(trace.head(3000))
+    return model, trace.iloc[3000:3040].drop(columns="duration_s")
+
+
+CASES = {"scaling": _scaling_case, "interference": _interference_case, "duration": _duration_case}
+
+
+def _same(got: pd.DataFrame, want: pd.DataFrame) -> None:
+    """Equal frames, the flags compared as their strings (checked rows' may be categorical)."""
+    got = got.assign(flags=got["flags"].astype(want["flags"].dtype))
+    pd.testing.assert_frame_equal(got, want, check_exact=True)
+
+
+@pytest.mark.parametrize("task", CASES)
+def test_every_way_to_ask_answers_as_the_frame_does(task: str) -> None:
+    model, rows = CASES[task]()
+    rows = rows.reset_index(drop=True)
+    want = model.predict_interval(rows)
+    checked = CheckedRows(
+        contract.validate_prediction_rows(rows, model.kind, model.targets, source="rows")
+    )
+    _same(model.predict_interval(checked), want)
+    records = _raw(rows).to_dict("records")
+    if task == "scaling":  # a few records are read without a frame, more with one
+        assert contract.few_row_columns(records[:5], "scaling", exclude=model.targets)
+        _same(model.predict_interval(records[:5]), want.head(5))
+    _same(model.predict_interval(records), want)
+    groups = [0] * 5 + [1] + [2] * (len(rows) - 6)
+    alone = [model.predict_interval(records[a:b]) for a, b in ((0, 5), (5, 6), (6, len(rows)))]
+    in_groups = model.predict_interval(records, groups)
+    _same(in_groups, pd.concat(alone, ignore_index=True))
+    _same(in_groups, want)  # rows answered alone in any request, in these tasks
+    columns = model.predict_interval(records, groups, columns=True)
+    _same(pd.DataFrame(columns), want)
+    points = want[list(model.targets)].to_numpy()
+    np.testing.assert_array_equal(
+        model.predict(checked), points[:, 0] if len(points[0]) == 1 else points
+    )
+
+
+class _RequestSize(TaskPredictor):
+    """A trace predictor whose answer is the number of rows in its call: as request-dependent
+    as a prediction can be (runtime's monotonic guard, say, reads the request's samples)."""
+
+    task = "duration"
+
+    def __init__(self, model: str = "count") -> None:
+        self.model = model
+
+    def _fit(self, rows: pd.DataFrame) -> _RequestSize:
+        self.fitted_ = True
+        return self
+
+    def _predict_interval(self, rows: pd.DataFrame) -> pd.DataFrame:
+        size = np.full(len(rows), float(len(rows)))
+        frame = interval_frame(self.targets, rows.index, [(size, size, size)])
+        frame["flags"] = ""
+        return frame
+
+
+def test_groups_are_answered_as_separate_calls() -> None:
+    trace = datasets.load("pollux-philly").head(9)
+    model = _RequestSize().fit(trace)
+    rows = trace.drop(columns="duration_s")
+    groups = [4, 4, 1, 7, 7, 7, 7, 2, 2]  # requests of 2, 1, 4 and 2 rows
+    sizes = [2.0, 2.0, 1.0, 4.0, 4.0, 4.0, 4.0, 2.0, 2.0]
+    checked = CheckedRows(
+        contract.validate_prediction_rows(rows, "trace", model.targets, source="rows")
+    )
+    for asked in (rows, checked, _raw(rows).to_dict("records")):
+        assert model.predict_interval(asked)["duration_s"].tolist() == [9.0] * 9
+        answer = model.predict_interval(asked, groups)
+        assert answer["duration_s"].tolist() == sizes
+        assert answer.index.tolist() == list(range(9))
+        columns = model.predict_interval(asked, groups, columns=True)
+        assert columns["duration_s"].tolist() == sizes

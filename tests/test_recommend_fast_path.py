@@ -6,6 +6,7 @@ they replace (kept here as the reference)."""
 from __future__ import annotations
 
 import math
+from unittest import mock
 
 import numpy as np
 import pandas as pd
@@ -21,7 +22,13 @@ from perfcast.optimizer import candidates as cands
 from perfcast.optimizer import configs, scoring
 from perfcast.optimizer import front as shortlist
 from perfcast.optimizer import reasons as why
-from perfcast.predictor.base import FLAGS, flags_categorical, flags_column, interval_columns
+from perfcast.predictor.base import (
+    FLAGS,
+    CheckedRows,
+    flags_categorical,
+    flags_column,
+    interval_columns,
+)
 
 pytestmark = requires_data
 
@@ -232,7 +239,7 @@ def test_scored_rows_are_the_frames_rows(seed, priced, work, categorical, picks,
     pools = [cands.GpuPool("v100", 2, 3, 2.5 if priced else None), cands.GpuPool("k80", 4, 2)]
     candidates = cands.enumerate_candidates({"job": "resnet18"}, pools, [16, 64])
     pred = TableBackend(seed).predict("scaling", candidates)
-    if categorical:  # as `predict_checked` answers: flags a categorical
+    if categorical:  # as the predictor answers `CheckedRows`: flags a categorical
         pred["flags"] = pred["flags"].astype("category")
     done = {"samples": scoring.Work(samples=1e6), "iterations": scoring.Work(iterations=1e4)}
     scored = scoring.Scored(candidates, pred, done.get(work))
@@ -430,25 +437,18 @@ def test_pareto_front_keeps_what_the_loop_kept(points: list, random, blocked: bo
 
 
 # The recommendation's candidates are checked once per request (`checked_candidates`) and
-# predicted without checking their 10^5 rows again (`predict_checked`), flags spelled once
-# per distinct set: held to the checked path on the same requests, errors included.
+# predicted as `CheckedRows`, their 10^5 rows not checked again, flags spelled once per
+# distinct set: held to the checked path on the same requests, errors included.
 
 
 class ModelBackend:
-    """The model behind the PredictionBackend protocol: every row checked (`predict`)."""
+    """The model behind the PredictionBackend protocol."""
 
     def __init__(self, model) -> None:
         self.model = model
 
     def predict(self, task: str, rows: pd.DataFrame) -> pd.DataFrame:
         return self.model.predict_interval(rows)
-
-
-class CheckedModelBackend(ModelBackend):
-    """... that also predicts rows already checked, as `ServedModels` does."""
-
-    def predict_checked(self, task: str, rows: pd.DataFrame) -> pd.DataFrame:
-        return self.model.predict_checked(rows)
 
 
 JOB_VALUES = {
@@ -516,8 +516,9 @@ def test_candidates_checked_once_are_the_rows_checked_one_by_one(model, request,
     if isinstance(want, tuple):
         assert got == want  # the same error, worded as before
         return
+    assert isinstance(got, CheckedRows)
     pd.testing.assert_frame_equal(_as_text(got, want), want, check_exact=True)
-    answer = _outcome(lambda: model.predict_checked(got))
+    answer = _outcome(lambda: model.predict_interval(got))
     before = _outcome(lambda: model.predict_interval(candidates))
     if isinstance(before, tuple):
         assert answer == before
@@ -558,8 +559,10 @@ def test_recommendations_from_checked_candidates_are_the_checked_paths(
             return type(err), str(err), getattr(err, "details", None)
         return answer
 
-    want = outcome(ModelBackend(model))
-    got = outcome(CheckedModelBackend(model))
+    # the reference: the candidates handed on as enumerated (a plain frame), every row checked
+    with mock.patch.object(scoring, "checked_candidates", lambda candidates: candidates):
+        want = outcome(ModelBackend(model))
+    got = outcome(ModelBackend(model))  # as `CheckedRows`
     if isinstance(want, tuple):
         assert got == want
         return

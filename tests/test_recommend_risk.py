@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from perfcast.optimizer import candidates, configs, reasons, scoring
+from perfcast.predictor.base import CheckedRows
 
 BATCH = 32
 WORK = scoring.Work(samples=3.2e6)
@@ -43,12 +44,12 @@ class FakeBackend:
         return out
 
 
-class CheckedFakeBackend(FakeBackend):
-    """... that also predicts checked rows (`candidates.CheckedRowsBackend`), flags a
-    categorical, as `predict_checked` answers."""
+class CategoricalFakeBackend(FakeBackend):
+    """... flags a categorical, as the in-process predictors answer `CheckedRows`."""
 
-    def predict_checked(self, task: str, rows: pd.DataFrame) -> pd.DataFrame:
-        out = self.predict(task, rows)
+    def predict(self, task: str, rows: pd.DataFrame) -> pd.DataFrame:
+        assert isinstance(rows, CheckedRows)  # the optimizer's candidates, checked once
+        out = super().predict(task, rows)
         out["flags"] = out["flags"].astype("category")
         return out
 
@@ -66,12 +67,11 @@ def _recommend(backend: FakeBackend, **kwargs) -> configs.Recommendation:
 
 
 @pytest.mark.parametrize(
-    "backend", [FakeBackend(), CheckedFakeBackend()], ids=["predict", "checked"]
+    "backend", [FakeBackend(), CategoricalFakeBackend()], ids=["text", "categorical"]
 )
 def test_min_time_puts_the_measured_configuration_before_an_extrapolated_one_of_equal_p50(
     backend,
 ) -> None:
-    assert isinstance(backend, candidates.CheckedRowsBackend) == hasattr(backend, "predict_checked")
     top = _recommend(backend, top_k=2).top
     # the same median time: the median (then fewer GPUs) would have put 4 GPUs first
     np.testing.assert_allclose(top["total_time_s"], [2000.0, 2000.0])

@@ -8,6 +8,7 @@ contract as the predictors do and predicts 1 s: what is tested is which rows are
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import pytest
 from fastapi.testclient import TestClient
@@ -26,6 +27,7 @@ from perfcast.datasets.contract import (
 )
 from perfcast.errors import ContractError, PerfcastError
 from perfcast.optimizer import candidates
+from perfcast.predictor.base import CheckedRows
 from perfcast.serving.app import create_app
 from perfcast.serving.models import ServedModels
 from perfcast.serving.settings import Settings
@@ -104,22 +106,21 @@ def test_the_cli_validates_files_with_the_same_bounds(tmp_path) -> None:
 
 
 class _ContractChecked:
-    """A scaling model that refuses rows as the predictors do (the contract's few-row check,
-    else `validate_prediction_rows` of their frame) and predicts 1 s for the others."""
+    """A scaling model that refuses rows as the predictors do (records: the contract's
+    few-row check, else `validate_prediction_rows` of their frame; a frame: that check;
+    `CheckedRows`: none) and predicts 1 s for the others."""
 
-    def predict_interval(self, rows: pd.DataFrame) -> pd.DataFrame:
-        clean = validate_prediction_rows(rows, "scaling", TARGETS, source="scaling rows")
-        return self.predict_checked(clean)
-
-    def predict_checked(self, rows: pd.DataFrame) -> pd.DataFrame:
-        answer = {f"step_time_s{q}": [1.0] * len(rows) for q in ("", "_p10", "_p90")}
-        return pd.DataFrame({**answer, "flags": [""] * len(rows)}, index=rows.index)
-
-    def predict_columns(self, records: list, groups: list | None = None) -> dict:
-        if few_row_columns(records, "scaling", exclude=TARGETS) is None:
-            self.predict_interval(pd.DataFrame.from_records(list(records)))  # its error
-        answer = self.predict_checked(pd.DataFrame(index=range(len(records))))
-        return {name: column.to_numpy() for name, column in answer.items()}
+    def predict_interval(self, rows, groups=None, *, columns: bool = False):
+        frame = rows if isinstance(rows, pd.DataFrame) else None
+        if frame is None and few_row_columns(rows, "scaling", exclude=TARGETS) is None:
+            frame = pd.DataFrame.from_records(list(rows))
+        if frame is not None and not isinstance(frame, CheckedRows):
+            validate_prediction_rows(frame, "scaling", TARGETS, source="scaling rows")
+        answer = {f"step_time_s{q}": np.ones(len(rows)) for q in ("", "_p10", "_p90")}
+        answer["flags"] = np.full(len(rows), "", dtype=object)
+        if columns:
+            return answer
+        return pd.DataFrame(answer, index=None if frame is None else frame.index)
 
 
 class _Backend:

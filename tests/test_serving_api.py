@@ -385,7 +385,7 @@ def test_concurrent_requests_are_batched_with_the_same_answers(app, local) -> No
 
 def test_an_unexpected_error_is_a_logged_500_with_an_error_id(caplog) -> None:
     class Broken:
-        def predict_columns(self, records: list, groups: list | None = None) -> dict:
+        def predict_interval(self, rows, groups=None, *, columns: bool = False):
             raise RuntimeError("a bug")
 
     class OneBrokenChampion:

@@ -246,16 +246,6 @@ def test_head_requests_and_kept_connections_through_uvicorn() -> None:
         thread.join(10)
 
 
-class _CheckingBackend:
-    """The served models behind `predict` alone: every candidate row checked."""
-
-    def __init__(self, models: ServedModels) -> None:
-        self.models = models
-
-    def predict(self, task: str, rows):
-        return self.models.predict(task, rows)
-
-
 POOL = {"gpu_type": "v100", "gpus_per_node": 8, "nodes": 8, "price_per_gpu_hour": 2.48}
 RECOMMEND = {"job": {"job": "resnet18"}, "pools": [POOL], "local_batch_sizes": [32, 128, 512],
              "work": {"samples": 1e8}}  # fmt: skip
@@ -279,21 +269,24 @@ RECOMMENDS = {
 
 
 @pytest.mark.parametrize("body", RECOMMENDS.values(), ids=RECOMMENDS.keys())
-def test_recommend_from_checked_candidates_answers_as_checking_every_row(models, body) -> None:
-    """`POST /v1/recommend` predicts the candidates of a checked request unchecked
-    (`ServedModels.predict_checked`): the same answer, byte for byte, as checking each row,
-    errors included."""
-    from perfcast.optimizer.candidates import CheckedRowsBackend
+def test_recommend_from_checked_candidates_answers_as_checking_every_row(
+    models, body, monkeypatch
+) -> None:
+    """`POST /v1/recommend` predicts the candidates of a checked request unchecked (as
+    `CheckedRows`): the same answer, byte for byte, as checking each row, errors included."""
+    from perfcast.optimizer import scoring
     from perfcast.serving import schemas, service
 
-    assert isinstance(models, CheckedRowsBackend)
     request = schemas.RecommendRequest(**body)
     answers = []
-    for backend in (_CheckingBackend(models), None):
-        try:
-            answers.append(service.recommend(models, request, backend=backend).model_dump_json())
-        except Exception as err:  # the error the route words: the same one
-            answers.append((type(err), str(err), getattr(err, "details", None)))
+    for checked in (False, True):
+        with monkeypatch.context() as patch:
+            if not checked:  # the candidates handed on as enumerated: every row checked
+                patch.setattr(scoring, "checked_candidates", lambda candidates: candidates)
+            try:
+                answers.append(service.recommend(models, request).model_dump_json())
+            except Exception as err:  # the error the route words: the same one
+                answers.append((type(err), str(err), getattr(err, "details", None)))
     assert answers[1] == answers[0]
     served = _client(models, fast=True).post("/v1/recommend", json=body)
     if isinstance(answers[0], tuple):

@@ -234,10 +234,10 @@ class _Gated(ServedModels):
         self.__dict__.update(inner.__dict__)
         self.gate, self.entered = threading.Event(), threading.Event()
 
-    def predict_columns(self, task, rows, groups=None):
+    def predict(self, task, rows, groups=None, *, columns=False):
         self.entered.set()
         self.gate.wait(30)
-        return super().predict_columns(task, rows, groups)
+        return super().predict(task, rows, groups, columns=columns)
 
 
 def test_a_full_service_answers_503_with_retry_after_and_health_still_answers(models) -> None:
