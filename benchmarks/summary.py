@@ -204,8 +204,9 @@ def wrap_prose(text: str) -> str:
         bullet = re.match(r"(\s*(?:[-*]|\d+\.)\s+)", line)
         indent = " " * len(bullet.group(1)) if bullet else re.match(r"\s*", line).group(0)
         trailing = "  " if line.endswith("  ") else ""  # a markdown line break stays one
+        text = line[bullet.end() :] if bullet else line  # the bullet is the first indent
         wrapped = textwrap.wrap(
-            line.strip(), WIDTH, initial_indent=bullet.group(1) if bullet else indent,
+            text.strip(), WIDTH, initial_indent=bullet.group(1) if bullet else indent,
             subsequent_indent=indent, break_long_words=False, break_on_hyphens=False,
         )  # fmt: skip
         out.extend([*wrapped[:-1], wrapped[-1] + trailing])

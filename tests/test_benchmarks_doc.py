@@ -37,3 +37,13 @@ def test_no_prose_line_is_longer_than_a_page_is_wide() -> None:
         if len(line) > 200 and not line.startswith("|")
     ]
     assert long == []
+
+
+def test_a_long_list_item_keeps_one_bullet_when_wrapped() -> None:
+    from benchmarks.summary import WIDTH, wrap_prose
+
+    item = "- 150 s: HyperSched minus ASHA, per seed: " + ", ".join(["+0.007"] * 12)
+    wrapped = wrap_prose(item).splitlines()
+    assert len(wrapped) == 2 and max(len(line) for line in wrapped) <= WIDTH
+    assert wrapped[0].startswith("- 150 s:") and wrapped[1].startswith("  +0.007")
+    assert " ".join(line.strip() for line in wrapped) == item
