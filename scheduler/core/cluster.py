@@ -106,7 +106,9 @@ class ClusterState:
         # occupants[node][gpu] -> job ids on that GPU
         self.occupants: list[list[list[str]]] = [[[] for _ in range(n)] for n in self.node_size]
         self.free_per_node: list[int] = list(self.node_size)
-        self.free_gpus = sum(self.node_size)
+        self._total_gpus = sum(self.node_size)
+        self.free_gpus = self._total_gpus
+        self._free_of_type: dict[str, int] = {}  # free GPUs per GPU type
         self.placements = 0  # (job, GPU) pairs: a GPU shared by two jobs counts twice
         # best-fit index: gpu type -> free count -> nodes with exactly that many free GPUs
         self._by_free: dict[str, list[set[int]]] = {}
@@ -114,12 +116,14 @@ class ClusterState:
             buckets = self._by_free.setdefault(gpu_type, [])
             buckets += [set() for _ in range(size + 1 - len(buckets))]
             buckets[size].add(node)
+            self._free_of_type[gpu_type] = self._free_of_type.get(gpu_type, 0) + size
 
     def _move(self, node: int, delta: int) -> None:
         buckets = self._by_free[self.node_type[node]]
         buckets[self.free_per_node[node]].discard(node)
         self.free_per_node[node] += delta
         buckets[self.free_per_node[node]].add(node)
+        self._free_of_type[self.node_type[node]] += delta
 
     @property
     def num_nodes(self) -> int:
@@ -127,7 +131,7 @@ class ClusterState:
 
     @property
     def total_gpus(self) -> int:
-        return sum(self.node_size)
+        return self._total_gpus
 
     def gpu_types(self) -> list[str]:
         return sorted(set(self.node_type))
@@ -168,8 +172,14 @@ class ClusterState:
         is not used."""
         if num_gpus <= 0:
             return ()
+        types = [gpu_type] if gpu_type is not None else list(self._by_free)
+        available = sum(self._free_of_type.get(t, 0) for t in types)
+        if exclude is not None and self.node_type[exclude] in types:
+            available -= self.free_per_node[exclude]
+        if available < num_gpus:
+            return None
         best: tuple[int, int] | None = None  # (free GPUs, node) of the best-fitting node
-        for t in [gpu_type] if gpu_type is not None else list(self._by_free):
+        for t in types:
             buckets = self._by_free.get(t, [])
             for free in range(num_gpus, len(buckets)):
                 nodes = buckets[free] - {exclude} if exclude in buckets[free] else buckets[free]
@@ -179,19 +189,16 @@ class ClusterState:
                     break
         if best is not None:
             return tuple(self.free_slots(best[1])[:num_gpus])
-        candidates = [
-            n
-            for n, free in enumerate(self.free_per_node)
-            if free > 0 and n != exclude and (gpu_type is None or self.node_type[n] == gpu_type)
-        ]
-        if sum(self.free_per_node[n] for n in candidates) < num_gpus:
-            return None
+        # spread: the nodes with most free GPUs first (lowest index first among equals)
         slots: list[GpuSlot] = []
-        for node in sorted(candidates, key=lambda n: (-self.free_per_node[n], n)):
-            slots += self.free_slots(node)[: num_gpus - len(slots)]
-            if len(slots) == num_gpus:
-                break
-        return tuple(slots)
+        most = max(len(self._by_free.get(t, [])) for t in types) - 1
+        for free in range(most, 0, -1):
+            same = [b for t in types for b in self._by_free.get(t, [])[free : free + 1]]
+            for node in sorted(n for bucket in same for n in bucket if n != exclude):
+                slots += self.free_slots(node)[: num_gpus - len(slots)]
+                if len(slots) == num_gpus:
+                    return tuple(slots)
+        raise AssertionError(f"{available} free GPUs counted, fewer found in the free-GPU index")
 
     def used_gpus(self) -> int:
         return self.total_gpus - self.free_gpus

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -121,14 +121,26 @@ class JobState:
 
 class JobTable:
     """All jobs by id. The unfinished ones are also kept apart, split into running and waiting
-    (pending or suspended), so a round touches only what it needs. Status changes go through
-    `set_status` to keep the split right."""
+    (pending or suspended), so a round touches only what it needs; the waiting ones are also
+    bucketed by requested GPU count with their requested GPUs summed, so a policy can skip
+    sizes that cannot fit without walking the queue. Status changes go through `set_status` to
+    keep these right; `watch` registers a callback told of every job added or changing status
+    (a policy's own index of the queue follows the table that way)."""
 
     def __init__(self) -> None:
         self.all: dict[str, JobState] = {}
         self.active: dict[str, JobState] = {}  # submitted and not done, in submission order
         self._running: dict[str, JobState] = {}
         self._waiting: dict[str, JobState] = {}  # in the order they started waiting
+        # requested GPUs -> {waiting job: its place in the waiting order}, in that order
+        self._by_size: dict[int, dict[str, int]] = {}
+        self._waiting_gpus = 0
+        self._entered = 0  # places handed out in the waiting order
+        self._watchers: list[Callable[[JobState], None]] = []
+
+    def watch(self, callback: Callable[[JobState], None]) -> None:
+        """Call `callback(state)` after each job is added or changes status."""
+        self._watchers.append(callback)
 
     def add(self, job: Job) -> JobState:
         if job.job_id in self.all:
@@ -136,20 +148,36 @@ class JobTable:
         state = JobState(job)
         self.all[job.job_id] = state
         self.active[job.job_id] = state
-        self._waiting[job.job_id] = state
+        self._start_waiting(state)
+        for callback in self._watchers:
+            callback(state)
         return state
 
     def set_status(self, state: JobState, status: JobStatus) -> None:
         job_id = state.job_id
         self._running.pop(job_id, None)
-        self._waiting.pop(job_id, None)
+        if self._waiting.pop(job_id, None) is not None:
+            need = state.job.num_gpus
+            bucket = self._by_size[need]
+            del bucket[job_id]
+            if not bucket:
+                del self._by_size[need]
+            self._waiting_gpus -= need
         state.status = status
         if status is JobStatus.RUNNING:
             self._running[job_id] = state
         elif status is JobStatus.DONE:
             self.active.pop(job_id, None)
         else:
-            self._waiting[job_id] = state
+            self._start_waiting(state)
+        for callback in self._watchers:
+            callback(state)
+
+    def _start_waiting(self, state: JobState) -> None:
+        self._waiting[state.job_id] = state
+        self._entered += 1
+        self._by_size.setdefault(state.job.num_gpus, {})[state.job_id] = self._entered
+        self._waiting_gpus += state.job.num_gpus
 
     def finish(self, job_id: str, now: float) -> JobState:
         state = self.active[job_id]
@@ -169,6 +197,11 @@ class JobTable:
     def waiting(self) -> Iterator[JobState]:
         return iter(self._waiting.values())
 
+    def waiting_by_size(self) -> Mapping[int, Mapping[str, int]]:
+        """Requested GPU count -> {waiting job id: its place in the waiting order (increasing
+        along `waiting()`)}, each bucket in that order. Read-only: a view of the table."""
+        return self._by_size
+
     @property
     def num_running(self) -> int:
         return len(self._running)
@@ -176,3 +209,8 @@ class JobTable:
     @property
     def num_waiting(self) -> int:
         return len(self._waiting)
+
+    @property
+    def waiting_gpus(self) -> int:
+        """The GPUs the waiting jobs requested, summed."""
+        return self._waiting_gpus

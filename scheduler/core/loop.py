@@ -8,7 +8,6 @@ The same loop drives the simulator and the Ray cluster.
 from __future__ import annotations
 
 import logging
-from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -225,7 +224,7 @@ class SchedulingLoop:
             raise ValueError(f"min_run_s must be >= 0, got {min_run_s}")
         self.min_run_s = float(min_run_s)
         self.held_until: float | None = None
-        self._recent: deque[tuple[float, str]] = deque()  # (start, job) within a quantum
+        self._recent: dict[str, float] = {}  # job -> its start, for starts within a quantum
         self.cluster, self.policy, self.executor = cluster, policy, executor
         self.predictor = predictor
         self.admission = admission or AcceptAll()
@@ -249,7 +248,10 @@ class SchedulingLoop:
         schedule = self.hold_quantum(self.policy.schedule(ctx), ctx)
         self.placement.place(schedule, ctx)
         if self.min_run_s > 0:
-            self._recent.extend((now, d.job_id) for d in ctx.decisions if isinstance(d, Run))
+            for decision in ctx.decisions:
+                if isinstance(decision, Run):  # in start order: a restarted job moves last
+                    self._recent.pop(decision.job_id, None)
+                    self._recent[decision.job_id] = now
         if ctx.decisions:
             self.executor.apply(ctx.decisions, self.jobs, now)
         return ctx.decisions
@@ -258,31 +260,32 @@ class SchedulingLoop:
         """`schedule` with the running jobs it drops inside their quantum put back first, at
         the GPUs and batch they hold (what they displaced waits; placement starts only what
         fits). Sets `held_until`. Only the jobs started in the last `min_run_s` are looked at
-        (`_recent`, in start order), so a round does not pay for every running job."""
+        (`_recent`, in start order), and of a `keep_running` schedule only the jobs it drops,
+        so a round does not pay for every running job."""
         self.held_until = None
         recent, now = self._recent, ctx.now
-        while recent and recent[0][0] + self.min_run_s <= now + _QUANTUM_EPS:
-            recent.popleft()
+        while recent:
+            job_id, started = next(iter(recent.items()))
+            if started + self.min_run_s > now + _QUANTUM_EPS:
+                break
+            del recent[job_id]
         if not recent:
             return schedule
         keep = isinstance(schedule, Schedule) and schedule.keep_running
         if keep:  # only a listed 0-GPU allocation drops a running job
-            dropped = {a.job_id for a in schedule if a.num_gpus == 0}
-            if not dropped:
-                return schedule
+            dropped = [a.job_id for a in schedule if a.num_gpus == 0 and a.job_id in recent]
         else:
             # a plain list names every job to hold GPUs: it drops the recent ones it leaves out
-            dropped = {job_id for _, job_id in recent}
-            dropped.difference_update(a.job_id for a in schedule if a.num_gpus > 0)
+            listed = {a.job_id for a in schedule if a.num_gpus > 0}
+            dropped = [job_id for job_id in recent if job_id not in listed]
         held = []
-        for started, job_id in recent:
-            state = self.jobs.all[job_id]
+        for job_id in dropped:
+            state, started = self.jobs.all[job_id], recent[job_id]
             if state.status is not JobStatus.RUNNING or state.last_start_s != started:
-                continue  # suspended or finished since, or started again later (a later entry)
-            if job_id in dropped:
-                held.append(Allocation(job_id, state.num_gpus, state.batch_size, state.share))
-                until = started + self.min_run_s
-                self.held_until = until if self.held_until is None else min(self.held_until, until)
+                continue  # suspended or finished since, or restarted outside the loop
+            held.append(Allocation(job_id, state.num_gpus, state.batch_size, state.share))
+            until = started + self.min_run_s
+            self.held_until = until if self.held_until is None else min(self.held_until, until)
         if not held:
             return schedule
         ids = {a.job_id for a in held}

@@ -22,16 +22,25 @@ def greedy_fill(ordered: Iterable[JobState], capacity: int) -> list[Allocation]:
     return out
 
 
+def start_all_waiting(ctx: RoundContext) -> Schedule | None:
+    """When every waiting job fits in the free GPUs, any priority order gives the same answer
+    (everyone runs): a schedule that starts the waiting jobs (in the order they started
+    waiting) and keeps the running ones. None when they do not all fit."""
+    if ctx.jobs.waiting_gpus > ctx.cluster.free_gpus:
+        return None
+    return Schedule(
+        (Allocation(s.job_id, s.job.num_gpus, s.batch_size) for s in ctx.jobs.waiting()),
+        keep_running=True,
+    )
+
+
 def priority_schedule(
     ctx: RoundContext, order: Callable[[Sequence[JobState]], Iterable[JobState]]
 ) -> Schedule:
-    """A preemptive priority schedule at requested sizes. When every waiting job fits in the
-    free GPUs, any priority order gives the same answer (everyone runs), so the round only
-    starts the waiting jobs and skips ranking the running ones."""
-    waiting = list(ctx.jobs.waiting())
-    if sum(s.job.num_gpus for s in waiting) <= ctx.cluster.free_gpus:
-        return Schedule(
-            (Allocation(s.job_id, s.job.num_gpus, s.batch_size) for s in waiting),
-            keep_running=True,
-        )
+    """A preemptive priority schedule at requested sizes: every active job ranked by `order`,
+    GPUs filled greedily (`greedy_fill`). When every waiting job fits in the free GPUs the
+    round only starts them and ranks nothing (`start_all_waiting`)."""
+    start = start_all_waiting(ctx)
+    if start is not None:
+        return start
     return Schedule(greedy_fill(order(list(ctx.jobs.active.values())), ctx.cluster.total_gpus))

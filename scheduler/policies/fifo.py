@@ -13,13 +13,25 @@ class FifoPolicy(SchedulingPolicy):
     needs_predictions = False
 
     def schedule(self, ctx: RoundContext) -> Schedule:
+        """Walk the waiting jobs in submission order (FIFO never preempts, so that is the
+        order they started waiting), starting each one that fits in the GPUs still free. Only
+        the sizes that still fit are looked at: the earliest waiting job of each such size is
+        the next to start, so a round costs the jobs it starts, not the queue."""
         free = ctx.cluster.free_gpus
         start = Schedule(keep_running=True)
-        for state in ctx.jobs.waiting():  # submission order (FIFO never preempts)
-            if free == 0:
-                break
-            need = state.job.num_gpus
-            if need <= free:
-                start.append(Allocation(state.job_id, need, state.batch_size))
-                free -= need
+        buckets = ctx.jobs.waiting_by_size()
+        queues = {need: iter(jobs.items()) for need, jobs in buckets.items() if need <= free}
+        heads = {need: next(queue) for need, queue in queues.items()}
+        while heads:
+            need = min(heads, key=lambda n: heads[n][1])  # the earliest in the waiting order
+            state = ctx.jobs[heads[need][0]]
+            start.append(Allocation(state.job_id, need, state.batch_size))
+            free -= need
+            following = next(queues[need], None)
+            if following is None:
+                del heads[need]
+            else:
+                heads[need] = following
+            for size in [n for n in heads if n > free]:
+                del heads[size]
         return start
