@@ -1,19 +1,20 @@
 """HyperSched against Ray Tune's ASHA and FIFO on one real search, at several deadlines.
 
-The search: `num_samples` trials of an MLP on scikit-learn's digits (`scheduler/tune/digits.py`),
-the same configurations for every scheduler at a given seed (BasicVariantGenerator with that
-random state), each trial up to `max_t` epochs, on a Ray cluster of 4 logical GPUs (1 per
-trial to start with). The deadline is Tune's `time_budget_s` for all three; HyperSched also
-gets it as its own deadline, counted like Tune's from the search's start (`clock_start`),
-plus perfcast's scaling predictions (the in-process champion) for resizes, with the trials
-described as ResNet-18 on CIFAR-10 at batch 64 per T4 (the workload HyperSched was shown on;
-a logical GPU here stands for one such T4).
+The search: `num_samples` trials of an MLP on scikit-learn's digits (`scheduler/tune/digits.py`:
+`search_space`, or with `--space slow` `slow_search_space`, which a deadline cuts short), the
+same configurations for every scheduler at a given seed (BasicVariantGenerator with that random
+state), each trial up to `max_t` iterations (4 epochs each, 64 in the slow space), on a Ray
+cluster of 4 logical GPUs (1 per trial to start with). The deadline is Tune's `time_budget_s`
+for all three; HyperSched also gets it as its own deadline, counted like Tune's from the
+search's start (`clock_start`), plus perfcast's scaling predictions (the in-process champion)
+for resizes, with the trials described as ResNet-18 on CIFAR-10 at batch 64 per T4 (the
+workload HyperSched was shown on; a logical GPU here stands for one such T4).
 
 Measured per run: the best validation accuracy reported by the deadline (HyperSched's measure),
 trials started (reported at least once), GPU-seconds of training (each iteration's seconds x
 the GPUs the trial held), resizes, trials trained to `max_t` and the search's wall time.
 Writes section `tune` of docs/BENCHMARKS.md. Run:
-    .venv/bin/python -m benchmarks.tune [--deadlines 90,150,210] [--seeds 0,1,2]
+    .venv/bin/python -m benchmarks.tune [--deadlines 90,150,210] [--seeds 0,1,2] [--space slow]
 """
 
 from __future__ import annotations
@@ -33,6 +34,13 @@ from benchmarks.report import write_section
 SCHEDULERS = ("fifo", "asha", "hypersched")
 NUM_GPUS, MAX_T, GRACE, ETA = 4, 27, 1, 3
 JOB = {"job": "resnet18-cifar10", "gpu_type": "t4", "local_batch_size": 64}
+SPACES = {  # --space: the search space's function in scheduler/tune/digits.py, and its words
+    "default": ("search_space", "iterations of 4 epochs, best reached within a few"),
+    "slow": (
+        "slow_search_space",
+        "iterations of 64 epochs at low learning rates: 27 take minutes at one GPU",
+    ),
+}
 
 
 def make_scheduler(name: str, deadline_s: float, backend: Any):
@@ -52,16 +60,18 @@ def make_scheduler(name: str, deadline_s: float, backend: Any):
     )  # fmt: skip
 
 
-def run_search(name: str, deadline_s: float, seed: int, num_samples: int, backend: Any) -> dict:
+def run_search(
+    name: str, deadline_s: float, seed: int, num_samples: int, backend: Any, space: str
+) -> dict:
     from ray import tune
     from ray.tune.search import BasicVariantGenerator
 
-    from perfcast.scheduler.tune.digits import DigitsTrainable, search_space
+    from perfcast.scheduler.tune import digits
 
     with tempfile.TemporaryDirectory(prefix="perfcast-tune-") as storage:
         tuner = tune.Tuner(
-            tune.with_resources(DigitsTrainable, {"cpu": 1, "gpu": 1}),
-            param_space=search_space(),
+            tune.with_resources(digits.DigitsTrainable, {"cpu": 1, "gpu": 1}),
+            param_space=getattr(digits, SPACES[space][0])(),
             tune_config=tune.TuneConfig(
                 metric="accuracy", mode="max", num_samples=num_samples,
                 scheduler=make_scheduler(name, deadline_s, backend),
@@ -139,6 +149,7 @@ def main() -> None:
     parser.add_argument("--schedulers", default=",".join(SCHEDULERS))
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--num-samples", type=int, default=48)
+    parser.add_argument("--space", choices=sorted(SPACES), default="default")
     parser.add_argument("--notes", default="", help="text appended under the table")
     parser.add_argument("--print-only", action="store_true", help="do not write BENCHMARKS.md")
     args = parser.parse_args()
@@ -167,17 +178,19 @@ def main() -> None:
         f"python -m benchmarks.tune --deadlines {args.deadlines} --seeds {args.seeds} "
         f"--schedulers {args.schedulers} "
         f"--num-samples {args.num_samples}"
+        + (f" --space {args.space}" if args.space != "default" else "")
     )
     for seed in seeds:  # seed-major: every finished seed is written, in case of a cut-off
         for deadline in deadlines:
             for name in args.schedulers.split(","):
-                run = run_search(name, deadline, seed, args.num_samples, backend)
+                run = run_search(name, deadline, seed, args.num_samples, backend, args.space)
                 loads.append(os.getloadavg()[0])
                 print(json.dumps(run, default=str), flush=True)
                 runs.append(run)
         body = (
-            f"{args.num_samples} trials of an MLP on scikit-learn's digits per search, up to "
-            f"{MAX_T} epochs each; {NUM_GPUS} logical GPUs on this CPU machine, 1 per trial at "
+            f"{args.num_samples} trials of an MLP on scikit-learn's digits per search "
+            f"(search space {args.space}: {SPACES[args.space][1]}), up to {MAX_T} iterations "
+            f"each; {NUM_GPUS} logical GPUs on this CPU machine, 1 per trial at "
             f"start; ASHA and HyperSched with grace period {GRACE}, reduction factor {ETA}. "
             f"Seeds done: {sorted({r['seed'] for r in runs})}. Load average while measuring "
             f"(2 cores shared with other work): median {statistics.median(loads):.1f}, "

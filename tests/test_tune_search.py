@@ -9,7 +9,7 @@ import ray
 from ray import tune
 
 from perfcast.scheduler.tune import HyperSched
-from perfcast.scheduler.tune.digits import DigitsTrainable, digits_split
+from perfcast.scheduler.tune.digits import DigitsTrainable, digits_split, slow_search_space
 
 GOOD = {"lr": 0.05, "hidden": 64, "layers": 1, "local_batch": 32, "momentum": 0.9,
         "weight_decay": 1e-5, "seed": 3}  # fmt: skip
@@ -32,6 +32,28 @@ def test_a_good_configuration_learns_the_digits(tmp_path) -> None:
     accuracies = [trainable.train()["accuracy"] for _ in range(5)]
     assert accuracies[-1] > 0.9 and accuracies[-1] > accuracies[0] - 0.02
     trainable.stop()
+
+
+def test_the_slow_space_is_far_from_its_best_after_three_iterations() -> None:
+    """The benchmark's `--space slow` is a search a deadline cuts short: even the space's most
+    aggressive corner (top learning rate and momentum, widest, one layer, smallest batch) still
+    gains at each of its first three iterations (192 epochs) and stays below 95% accuracy
+    (the best trials of these searches end near 97-98%)."""
+    space = slow_search_space()
+    corner = {
+        "lr": space["lr"].upper,
+        "hidden": max(space["hidden"].categories),
+        "layers": 1,
+        "local_batch": min(space["local_batch"].categories),
+        "momentum": max(space["momentum"].categories),
+        "weight_decay": space["weight_decay"].lower,
+        "seed": 3,
+        "epochs": space["epochs"],
+    }
+    trainable = DigitsTrainable(config=corner)
+    accuracies = [trainable.train()["accuracy"] for _ in range(3)]
+    trainable.stop()
+    assert accuracies == sorted(set(accuracies)) and accuracies[-1] < 0.95, accuracies
 
 
 def test_pausing_and_resuming_from_a_checkpoint_changes_nothing(tmp_path) -> None:

@@ -49,6 +49,25 @@ def search_space() -> dict[str, Any]:
     }
 
 
+def slow_search_space() -> dict[str, Any]:
+    """A search a deadline cuts short: iterations of 64 epochs at learning rates 2e-5 to 2e-3
+    with no or mild momentum and widths up to 64. One iteration costs 16x one of
+    `search_space`, and even the fastest learners are still well short of their best after
+    three, so at one GPU a trial's 27 iterations take longer than a deadline of a few minutes
+    and the schedulers' choices show in the best accuracy. (`search_space` reaches its best in
+    a few cheap iterations: by any deadline, every scheduler has trained a good trial in full.)"""
+    return {
+        "lr": tune.loguniform(2e-5, 2e-3),
+        "hidden": tune.choice([16, 32, 64]),
+        "layers": tune.choice([1, 2]),
+        "local_batch": tune.choice([32, 64]),
+        "momentum": tune.choice([0.0, 0.5]),
+        "weight_decay": tune.loguniform(1e-6, 1e-2),
+        "seed": tune.randint(0, 10_000),
+        "epochs": 64,
+    }
+
+
 class DigitsTrainable(tune.Trainable):
     def setup(self, config: dict[str, Any]) -> None:
         torch.set_num_threads(1)  # trials share the machine's cores
