@@ -1,11 +1,13 @@
 """A headless Chromium for the dashboard's browser tests (Debian's chromium and chromedriver,
 through Selenium): `needs_browser` skips a module without them, `headless_chromium()` yields a
-driver and quits it."""
+driver and quits it, `screenshot()` saves the whole page for the documentation."""
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -40,3 +42,19 @@ def headless_chromium() -> Iterator[object]:
     driver.implicitly_wait(0)
     yield driver
     driver.quit()
+
+
+def screenshot(browser, name: str) -> None:
+    """The whole page (up to 2400 px high) as `name`.png in PERFCAST_UI_SCREENSHOTS when it is
+    set (docs/img for the README), else nowhere. The window is made as tall as the page plus
+    the browser's own frame (143 px in headless Chromium), which a window size includes and
+    a screenshot does not."""
+    folder = os.environ.get("PERFCAST_UI_SCREENSHOTS")
+    if not folder:
+        return
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    frame = browser.execute_script("return window.outerHeight - window.innerHeight")
+    height = browser.execute_script("return document.documentElement.scrollHeight")
+    browser.set_window_size(1400, min(max(height + 40, 600), 2400) + frame)
+    browser.save_screenshot(str(Path(folder) / f"{name}.png"))
+    browser.set_window_size(1400, 1000)

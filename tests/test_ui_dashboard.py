@@ -9,18 +9,17 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from pathlib import Path
 
 import httpx
 import pytest
 import yaml
-from browser import headless_chromium, needs_browser
+from browser import headless_chromium, needs_browser, screenshot
 from conftest import requires_data
 from serving_server import LoopbackServer
 
-from perfcast.units import pct, percent
+from perfcast.units import duration, pct, percent
 
 pytestmark = [
     requires_data,
@@ -67,17 +66,6 @@ def _wait(browser, condition, what: str):
     from selenium.webdriver.support.ui import WebDriverWait
 
     return WebDriverWait(browser, WAIT_S, poll_frequency=0.2).until(condition, message=what)
-
-
-def _screenshot(browser, name: str) -> None:
-    """Into PERFCAST_UI_SCREENSHOTS when set (docs/img for the README), else nowhere."""
-    folder = os.environ.get("PERFCAST_UI_SCREENSHOTS")
-    if folder:
-        Path(folder).mkdir(parents=True, exist_ok=True)
-        height = browser.execute_script("return document.documentElement.scrollHeight")
-        browser.set_window_size(1400, min(max(height + 40, 600), 2400))
-        browser.save_screenshot(str(Path(folder) / f"{name}.png"))
-        browser.set_window_size(1400, 1000)
 
 
 def _num(text: str | None) -> float | None:
@@ -260,8 +248,8 @@ def test_live_page_follows_the_store_without_reload(server: str, browser, live_d
         assert row.find_element(By.CLASS_NAME, "status").text == "running"
         assert row.find_element(By.CLASS_NAME, "iteration").text == "120 / 400"
         assert row.find_element(By.CLASS_NAME, "progress").text == "30%"
-        assert row.find_element(By.CLASS_NAME, "measured").text == "0.06120"
-        assert row.find_element(By.CLASS_NAME, "predicted").text == "0.05000"
+        assert row.find_element(By.CLASS_NAME, "measured").text == "61.2 ms"
+        assert row.find_element(By.CLASS_NAME, "predicted").text == "50 ms"
         assert _gpu_cell(browser, 0, 1) == "mlp-a"
         sharing = browser.find_element(By.CSS_SELECTOR, '#gpus tr[data-gpu="0:1"] td.sharing')
         assert sharing.text == "exclusive"
@@ -375,7 +363,7 @@ def _check_page_against_store(snap: dict, before: tuple, after: tuple) -> None:
         champion = job["champion"]
         assert (row["champion"] == "–") == (champion is None)
         if champion:
-            assert row["champion"].startswith(f"{champion['step_s']:.4g}"[:4])
+            assert row["champion"].startswith(duration(champion["step_s"]) + " [")
     gpus = {f"{g['node']}:{g['gpu']}": g for g in state["gpus"]}
     assert [g["gpu"] for g in snap["gpus"]] == list(gpus)
     for row in snap["gpus"]:
@@ -443,7 +431,7 @@ def test_live_page_follows_a_running_cluster(
         busy = sum(j["status"] == "running" for j in jobs) >= 2
         if busy and any(j["champion"] for j in jobs) and "screenshot" not in seen:
             seen.add("screenshot")  # the documentation's: several jobs, one predicted
-            _screenshot(browser, "ui-live")
+            screenshot(browser, "ui-live")
         time.sleep(0.3)
     output = (folder / "run.log").read_text()
     if process.returncode and "cannot reach the Ray cluster" in output:

@@ -11,13 +11,12 @@ these pages."""
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
 import httpx
 import pytest
-from browser import headless_chromium, needs_browser
+from browser import headless_chromium, needs_browser, screenshot
 from conftest import requires_data
 from serving_server import LoopbackServer
 
@@ -70,17 +69,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> str:
 @pytest.fixture(scope="module")
 def browser():
     yield from headless_chromium()
-
-
-def _screenshot(browser, name: str) -> None:
-    """Into PERFCAST_UI_SCREENSHOTS when set (docs/img for the README), else nowhere."""
-    folder = os.environ.get("PERFCAST_UI_SCREENSHOTS")
-    if folder:
-        Path(folder).mkdir(parents=True, exist_ok=True)
-        height = browser.execute_script("return document.documentElement.scrollHeight")
-        browser.set_window_size(1400, min(max(height + 40, 600), 2400))
-        browser.save_screenshot(str(Path(folder) / f"{name}.png"))
-        browser.set_window_size(1400, 1000)
 
 
 def _overlaps(a: dict, b: dict) -> bool:
@@ -171,7 +159,7 @@ def test_models_page_leads_with_what_a_new_cluster_gets(server: str, browser) ->
         good = ours < theirs and ours < 100
         assert (_colour(browser, spans[0]) == GREEN) == good, (figure, ours, theirs)
         assert ("lower" if ours < theirs else "higher") in spans[0].text
-    _screenshot(browser, "ui-models")
+    screenshot(browser, "ui-models")
 
 
 # ---- ask: human units, readable chart ---------------------------------------------------------
@@ -219,7 +207,25 @@ def test_ask_page_reads_in_human_units(server: str, browser) -> None:
     assert fills.get("point dominated") == "rgb(255, 255, 255)"
     assert fills.get("point pareto") not in (None, "rgb(255, 255, 255)", "none")
     assert "filled: the Pareto set" in browser.find_element(By.TAG_NAME, "figcaption").text
-    _screenshot(browser, "ui-ask")
+    screenshot(browser, "ui-ask")
+
+
+# ---- live cluster: the page formats in the browser ----------------------------------------------
+
+# step times a live job shows, and the unit boundaries around them (no value on an exact .5 tie,
+# where Python's f-strings round to even and JavaScript's toFixed rounds up)
+DURATIONS = [0.0, 4e-7, 0.000123, 0.00099, 0.001, 0.0612, 0.05, 0.0999, 0.1, 0.5, 0.862, 0.9999,
+             1.0, 2.0, 9.999, 45.0, 99.96, 119.9, 120.0, 754.3, 7199.0, 7200.0, 186_400.0,
+             2_000_000.0, -0.0612, None]  # fmt: skip
+
+
+def test_live_page_writes_durations_as_the_server_does(server: str, browser) -> None:
+    """The live page draws its tables in the browser (live.js): its step times read as
+    `perfcast.units.duration` writes them everywhere else (`61.2 ms`, not `0.06120`)."""
+    browser.get(f"{server}/ui/live")
+    shown = browser.execute_script("return arguments[0].map(duration)", DURATIONS)
+    assert shown == [duration(v) for v in DURATIONS]
+    assert all(HUMAN_DURATION.match(t) for t, v in zip(shown, DURATIONS, strict=True) if v), shown
 
 
 # ---- the simulation report --------------------------------------------------------------------
@@ -290,4 +296,4 @@ def test_simulation_report_reads_in_human_units(report, browser) -> None:
     for bar in browser.find_elements(By.CSS_SELECTOR, "#preemptions rect.bar"):
         fill = browser.execute_script("return getComputedStyle(arguments[0]).fill", bar)
         assert fill == colour_of[bar.get_attribute("data-label")]
-    _screenshot(browser, "sim-report")
+    screenshot(browser, "sim-report")

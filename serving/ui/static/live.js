@@ -8,8 +8,26 @@ function cell(row, text, cls) {
   return td;
 }
 
-function num(v, digits) {
-  return v === null || v === undefined ? "–" : Number(v).toPrecision(digits);
+// Three significant figures at most, never e-notation (perfcast.units._digits).
+function digits(v) {
+  if (v >= 100) return Math.round(v).toLocaleString("en-US");
+  if (v >= 10) return v.toFixed(1).replace(/\.0$/, "");
+  if (v >= 1) return v.toFixed(2).replace(/0+$/, "").replace(/\.$/, "");
+  return v >= 1e-4 ? String(Number(v.toPrecision(2))) : "0";
+}
+
+// A duration in seconds as a person reads it, as perfcast.units.duration writes it: `61.2 ms`,
+// `0.86 s`, `45 s`, `12 min`, `3.1 h`, `9.2 d`; `–` if unknown.
+function duration(seconds) {
+  if (seconds === null || seconds === undefined || !Number.isFinite(seconds)) return "–";
+  const sign = seconds < 0 ? "-" : "";
+  const s = Math.abs(seconds);
+  if (s > 0 && s < 0.001) return sign + digits(s * 1e6) + " µs";
+  if (s > 0 && s < 0.1) return sign + digits(s * 1e3) + " ms";
+  for (const [size, unit] of [[86400, "d"], [3600, "h"], [60, "min"]]) {
+    if (s >= 2 * size) return sign + digits(s / size) + " " + unit;
+  }
+  return sign + digits(s) + " s";
 }
 
 function fill(id, items, draw) {
@@ -48,11 +66,11 @@ function draw(state) {
     cell(row, j.gpus.map((g) => g[0] + ":" + g[1]).join(" ") || "–");
     cell(row, j.iteration + " / " + j.iterations, "iteration");
     cell(row, j.progress === null ? "–" : (100 * j.progress).toFixed(0) + "%", "progress");
-    cell(row, num(j.measured_step_s, 4), "measured");
-    cell(row, num(j.predicted_step_s, 4), "predicted");
+    cell(row, duration(j.measured_step_s), "measured");
+    cell(row, duration(j.predicted_step_s), "predicted");
     const c = j.champion;
-    cell(row, c ? num(c.step_s, 4) + " [" + num(c.p10_s, 3) + "–" + num(c.p90_s, 3) + "]" : "–",
-      "champion");
+    cell(row, c ? duration(c.step_s) + " [" + duration(c.p10_s) + " – " + duration(c.p90_s) + "]"
+      : "–", "champion");
     cell(row, j.attempt);
     cell(row, j.error);
   });
