@@ -108,18 +108,26 @@ def test_duplicate_job_ids_are_refused() -> None:
         allocate(jobs, 4)
 
 
-@needs_data
-def test_dp_on_measured_pollux_curves_is_optimal_and_no_worse_than_greedy() -> None:
-    # samples/s = global batch / measured step time; best placement per (GPUs, batch)
+def pollux_curves() -> dict[str, dict[tuple[int, int], float]]:
+    """Per Pollux model: (GPUs, global batch) -> samples/s (global batch / measured step
+    time), the best placement of each."""
     table = pollux_placements()
     table = table.assign(
         global_batch=table["num_gpus"] * table["local_batch_size"],
         rate=table["num_gpus"] * table["local_batch_size"] / table["step_time_s"],
     )
-    jobs = []
+    curves = {}
     for model, rows in table.groupby("job"):
         best = rows.groupby(["num_gpus", "global_batch"])["rate"].max()
-        throughput = {(int(g), int(b)): float(r) for (g, b), r in best.items() if g <= 4}
+        curves[model] = {(int(g), int(b)): float(r) for (g, b), r in best.items()}
+    return curves
+
+
+@needs_data
+def test_dp_on_measured_pollux_curves_is_optimal_and_no_worse_than_greedy() -> None:
+    jobs = []
+    for model, curve in pollux_curves().items():
+        throughput = {(g, b): r for (g, b), r in curve.items() if g <= 4}
         # weights turn samples/s into progress per second, so models are comparable
         jobs.append(ElasticJob(str(model), throughput, weight=1 / max(throughput.values())))
     for total in (3, 6, 10):
@@ -158,15 +166,7 @@ def test_the_hull_allocation_stays_under_the_bound_it_proves(case) -> None:
 def test_the_hull_allocation_of_a_thousand_measured_jobs_is_within_a_percent() -> None:
     """1,000 jobs on Pollux's measured T4 curves (1-16 GPUs), 512 GPUs: the hull allocation
     reaches 99% of the exact DP's weighted throughput and proves it on its own (gap <= 1%)."""
-    table = pollux_placements()
-    table = table.assign(
-        global_batch=table["num_gpus"] * table["local_batch_size"],
-        rate=table["num_gpus"] * table["local_batch_size"] / table["step_time_s"],
-    )
-    curves = []
-    for _, rows in table.groupby("job"):
-        best = rows.groupby(["num_gpus", "global_batch"])["rate"].max()
-        curves.append({(int(g), int(b)): float(r) for (g, b), r in best.items()})
+    curves = list(pollux_curves().values())
     jobs = [
         ElasticJob(
             f"j{i}", curves[i % len(curves)], weight=1 / max(curves[i % len(curves)].values())
