@@ -28,10 +28,11 @@ from __future__ import annotations
 import math
 import zlib
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TypeVar
 
-import numpy as np
 import pandas as pd
 
 from perfcast.datasets.contract import validate
@@ -51,6 +52,8 @@ PROGRESS = ("duration", "statistical")
 # traces whose jobs are the Pollux artifact's applications (its job mixes): they opt into
 # statistical progress by name; any other trace runs its `duration_s` unless told otherwise
 STATISTICAL_TRACES = frozenset({"pollux-workloads"})
+
+T = TypeVar("T")
 
 
 class TraceError(PerfcastError):
@@ -154,11 +157,13 @@ def build_workload(
     }
     gpu_type = Counter(cluster.node_type).most_common(1)[0][0]
     start = float(table["submit_time_s"].min())
-    names = table["job"].astype("string").str.lower() if "job" in table else None
-    batches = table.get("batch_size")
-    global_batches = table.get("global_batch_size")
-    users, vcs = table.get("user"), table.get("vc")
-    deadlines = table.get("deadline_s")
+    # plain Python lists, read once: indexing pandas (Arrow strings) row by row costs more than
+    # the rest of the loop on a million-job trace
+    names = _optional(table, "job", lambda v: str(v).lower())
+    batches = _optional(table, "batch_size", int)
+    global_batches = _optional(table, "global_batch_size", int)
+    users, vcs = _optional(table, "user", str), _optional(table, "vc", str)
+    deadlines = _optional(table, "deadline_s", float)
     jobs, drawn, matched = [], 0, Counter[str]()
     # nodes of the main GPU type first, largest first: where a job's run time alone is counted
     node_sizes = [
@@ -170,10 +175,10 @@ def build_workload(
     ]
     for i, (job_id, submit, gpus, duration) in enumerate(
         zip(
-            table["job_id"].astype(str),
-            table["submit_time_s"].to_numpy(float),
-            table["num_gpus"].to_numpy(int),
-            table["duration_s"].to_numpy(float),
+            table["job_id"].astype(str).tolist(),
+            table["submit_time_s"].to_numpy(float).tolist(),
+            table["num_gpus"].to_numpy(int).tolist(),
+            table["duration_s"].to_numpy(float).tolist(),
             strict=True,
         )
     ):
@@ -183,56 +188,63 @@ def build_workload(
         if gpus > cluster.total_gpus:
             dropped["asks for more GPUs than the cluster has"] += 1
             continue
-        trace_job = None if names is None or pd.isna(names.iat[i]) else str(names.iat[i])
+        trace_job = names[i] if names else None
         job_type = trace_job
         if job_type is None or not scaling.has(job_type):
             job_type = _draw(job_id, seed, by_size[gpus])
             drawn += 1
-        if global_batches is not None and not pd.isna(global_batches.iat[i]):
-            batch = int(global_batches.iat[i])
+        if global_batches and global_batches[i] is not None:
+            batch = global_batches[i]
         else:
-            local = None
-            if batches is not None and not pd.isna(batches.iat[i]):
-                local = int(batches.iat[i])
-            batch = (local or scaling.reference_local_batch(job_type)) * int(gpus)
-        rate = scaling.throughput(job_type, gpu_type, int(gpus), batch)
-        work, duration = float(duration) * rate, float(duration)
+            local = batches[i] if batches else None
+            batch = (local or scaling.reference_local_batch(job_type)) * gpus
+        rate = scaling.throughput(job_type, gpu_type, gpus, batch)
+        work = duration * rate
         app = None
         if progress == "statistical" and trace_job == job_type:
             app = goodput.application(job_type)
         if app is not None:  # a Pollux job mix: trained for its epochs, at statistical speed
             work = app.total_work
-            duration = app.run_time(packed(node_sizes, int(gpus)), batch)
+            duration = app.run_time(packed(node_sizes, gpus), batch)
             matched[job_type] += 1
         if not (math.isfinite(work) and work > 0 and math.isfinite(duration)):
             raise TraceError(
                 f"job {job_id} ({job_type}, {gpus} {gpu_type} GPU(s), batch {batch}): no finite "
                 f"work to simulate (work {work} samples, duration {duration} s)"
             )
-        submit_s = float(submit - start) / load_factor
+        submit_s = (submit - start) / load_factor
         deadline = None
-        if deadlines is not None and not pd.isna(deadlines.iat[i]):
-            deadline = submit_s + float(deadlines.iat[i])
+        if deadlines and deadlines[i] is not None:
+            deadline = submit_s + deadlines[i]
         jobs.append(
             Job(
                 job_id=job_id,
                 submit_time_s=submit_s,
                 job_type=job_type,
-                num_gpus=int(gpus),
+                num_gpus=gpus,
                 batch_size=batch,
                 total_samples=work,
                 duration_s=duration,
-                user=None if users is None or pd.isna(users.iat[i]) else str(users.iat[i]),
-                vc=None if vcs is None or pd.isna(vcs.iat[i]) else str(vcs.iat[i]),
+                user=users[i] if users else None,
+                vc=vcs[i] if vcs else None,
                 trace_job=trace_job,
                 deadline_s=deadline,
-                max_gpus=int(np.clip(2 * gpus, 1, cluster.total_gpus)),
+                max_gpus=max(1, min(2 * gpus, cluster.total_gpus)),
                 statistical=app is not None,
             )
         )
     return Workload(
         name, jobs, scaling, interference, dropped, drawn, start / load_factor, progress, matched
     )
+
+
+def _optional(table: pd.DataFrame, column: str, cast: Callable[[Any], T]) -> list[T | None]:
+    """A column as a list with missing values as None (`cast` applied to the others); an
+    empty list when the table has no such column."""
+    if column not in table:
+        return []
+    values = table[column]
+    return [None if pd.isna(v) else cast(v) for v in values.astype(object).tolist()]
 
 
 def packed(node_sizes: list[int], num_gpus: int) -> tuple[int, ...]:
