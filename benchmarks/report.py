@@ -12,6 +12,7 @@ import re
 import time
 from pathlib import Path
 
+import pandas as pd
 import psutil
 
 from benchmarks.summary import with_summary
@@ -45,3 +46,18 @@ def write_section(name: str, title: str, command: str, body: str) -> Path:
     )
     text = pattern.sub(lambda _: section, text) if pattern.search(text) else f"{text}\n{section}\n"
     return atomic_write_text(BENCHMARKS_MD, with_summary(text))
+
+
+def markdown(table: pd.DataFrame, digits: int = 2) -> str:
+    """A DataFrame as a Markdown table (numbers rounded to `digits`)."""
+
+    def cell(value: object) -> str:
+        if isinstance(value, float):
+            return "n/a" if value != value else f"{value:,.{digits}f}"
+        return str(value)
+
+    lines = ["| " + " | ".join(map(str, table.columns)) + " |"]
+    lines.append("|" + "---|" * len(table.columns))
+    for row in table.itertuples(index=False):
+        lines.append("| " + " | ".join(cell(v) for v in row) + " |")
+    return "\n".join(lines)

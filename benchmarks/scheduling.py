@@ -1,9 +1,10 @@
 """Scheduling benchmark: every policy on shipped traces at two loads, predicted vs oracle
 decisions, simulation speed on the largest trace, and fidelity against Muri's testbed.
 
-Writes sections `scheduling` and `scheduling-speed` of docs/BENCHMARKS.md. Run:
+Writes sections `scheduling`, `scheduling-speed` and `scheduling-scale` of docs/BENCHMARKS.md. Run:
     .venv/bin/python -m benchmarks.scheduling [--quick]
     .venv/bin/python -m benchmarks.scheduling --speed   # only `scheduling-speed`
+    .venv/bin/python -m benchmarks.scheduling --scale   # only `scheduling-scale` (1M jobs)
 """
 
 from __future__ import annotations
@@ -11,15 +12,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
-import sys
-import tempfile
 import time
-from pathlib import Path
 
 import pandas as pd
 
-from benchmarks.report import write_section
+from benchmarks.report import markdown, write_section
+from benchmarks.scheduling_scale import (
+    DEFAULT_CPU_LIMIT_S,
+    SCALE_POLICIES,
+    measure,
+    scale_section,
+)
 from perfcast import datasets
 from perfcast.datasets.fetch import fetch, search_roots
 from perfcast.datasets.io import write_table
@@ -44,21 +47,6 @@ ANCHORS = (
     "Anchors (authors' figures): Salus SRTF 3.19x lower average JCT than FIFO; Helios QSSF up "
     "to 6.5x; Tiresias up to 5.5x over YARN's FIFO; Pollux 37-50% below Tiresias and Optimus."
 )
-
-
-def markdown(table: pd.DataFrame, digits: int = 2) -> str:
-    """A DataFrame as a Markdown table (numbers rounded to `digits`)."""
-
-    def cell(value: object) -> str:
-        if isinstance(value, float):
-            return "n/a" if value != value else f"{value:,.{digits}f}"
-        return str(value)
-
-    lines = ["| " + " | ".join(map(str, table.columns)) + " |"]
-    lines.append("|" + "---|" * len(table.columns))
-    for row in table.itertuples(index=False):
-        lines.append("| " + " | ".join(cell(v) for v in row) + " |")
-    return "\n".join(lines)
 
 
 def one(
@@ -271,42 +259,19 @@ def speed_command(trace: str, policy: str, load: float) -> list[str]:
     ]
 
 
-# Runs argv[2:] and writes its CPU seconds and peak RSS (kB) to the file argv[1]. A process
-# forked from this benchmark's (large) one would report the parent's resident memory as its own
-# peak (Linux keeps the high-water mark across fork and exec); a child of this small one does not.
-_MEASURE = """
-import json, os, subprocess, sys
-child = subprocess.Popen(sys.argv[2:])
-_, status, usage = os.wait4(child.pid, 0)
-with open(sys.argv[1], "w") as out:
-    json.dump({"cpu_s": usage.ru_utime + usage.ru_stime, "maxrss_kb": usage.ru_maxrss}, out)
-sys.exit(os.waitstatus_to_exitcode(status))
-"""
-
-
 def speed_table() -> tuple[str, str]:
     """Each policy and load as its own `perfcast simulate` process (start, load, map,
     simulate, print): its CPU seconds (user + system) and peak resident memory from the
     kernel's account of that process, and its wall time."""
     trace, what = speed_trace()
-    cli = Path(sys.executable).with_name("perfcast")
     rows = []
     for policy in ("fifo", "tiresias"):
         for load in (1.0, 4.0):
             command = speed_command(trace, policy, load)
-            with tempfile.NamedTemporaryFile(suffix=".json") as usage_file:
-                start = time.perf_counter()
-                done = subprocess.run(
-                    [sys.executable, "-c", _MEASURE, usage_file.name, str(cli), *command[1:]],
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.DEVNULL,
-                    check=False,
-                )
-                wall = time.perf_counter() - start
-                usage = json.loads(Path(usage_file.name).read_text() or "{}")
-            if done.returncode or not usage:
-                raise PerfcastError(f"{' '.join(command)} exited {done.returncode}")
-            summary = json.loads(done.stdout.decode().strip().splitlines()[-1])
+            run = measure(command)
+            if run.summary is None:
+                raise PerfcastError(f"{' '.join(command)} exited {run.returncode}")
+            summary = run.summary
             rows.append(
                 {
                     "policy": policy,
@@ -314,9 +279,9 @@ def speed_table() -> tuple[str, str]:
                     "jobs": summary["jobs"],
                     "preemptions": summary["preemptions"],
                     "avg JCT (h)": float(summary["avg_jct_s"]) / 3600,
-                    "CPU (s)": usage["cpu_s"],
-                    "wall (s)": wall,
-                    "peak RSS (MiB)": usage["maxrss_kb"] / 1024,
+                    "CPU (s)": run.cpu_s,
+                    "wall (s)": run.wall_s,
+                    "peak RSS (MiB)": run.peak_rss_mib,
                     "before (commit aa8dbf6)": SPEED_BEFORE.get((policy, load), "n/a"),
                 }
             )
@@ -498,7 +463,29 @@ def main() -> None:
     parser.add_argument(
         "--speed", action="store_true", help="only the simulation speed on the largest trace"
     )
+    parser.add_argument(
+        "--scale",
+        action="store_true",
+        help="only the simulator on a synthetic million-job trace on 10,000 GPUs",
+    )
+    parser.add_argument(
+        "--scale-cpu-limit",
+        type=int,
+        default=DEFAULT_CPU_LIMIT_S,
+        metavar="SECONDS",
+        help="with --scale: stop a run past this much CPU time (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--scale-policies",
+        default=",".join(SCALE_POLICIES),
+        metavar="P1,P2",
+        help="with --scale: the policies to run (default: %(default)s)",
+    )
     args = parser.parse_args()
+    if args.scale:
+        policies = tuple(p for p in args.scale_policies.split(",") if p)
+        print(f"wrote {scale_section(args.scale_cpu_limit, policies)}")
+        return
     if args.peer:
         peer_section()
         return

@@ -14,8 +14,7 @@ import time
 
 import pandas as pd
 
-from benchmarks.report import write_section
-from benchmarks.scheduling import markdown
+from benchmarks.report import markdown, write_section
 from perfcast.scheduler.core.cluster import ClusterSpec
 from perfcast.scheduler.sim.run import prepare_workload, run_simulation
 

@@ -287,6 +287,8 @@ class SimResult:
     decisions: int
     policy: str
     policy_stats: dict[str, int] = field(default_factory=dict)  # the policy's own counts
+    # arrivals, completions and wake-ups (an instant with neither) processed
+    events: int = 0
 
 
 ProgressCallback = Callable[[int, int], None]
@@ -326,7 +328,7 @@ def simulate(
     executor = SimulatedExecutor(workload, cluster, costs or Costs())
     loop = SchedulingLoop(cluster, policy, executor, predictor=predictor, min_run_s=min_run_s)
     jobs = sorted(workload.jobs, key=lambda j: j.submit_time_s)
-    total, arrived, finished, rounds, decisions = len(jobs), 0, 0, 0, 0
+    total, arrived, finished, rounds, decisions, events = len(jobs), 0, 0, 0, 0, 0
     acc = executor.accounting
     timer: float | None = None
     tick: float | None = None  # the next round when rounds are on a fixed grid
@@ -350,7 +352,8 @@ def simulate(
         acc.placement_gpu_s += cluster.placements * (t - now)
         acc.busy_gpu_s += cluster.used_gpus() * (t - now)
         now = t
-        for job_id in executor.pop_completions(now, loop.jobs):
+        completed = executor.pop_completions(now, loop.jobs)
+        for job_id in completed:
             executor.finish(loop.jobs[job_id], now, loop.jobs)
             loop.job_finished(job_id, now)
             finished += 1
@@ -364,6 +367,7 @@ def simulate(
             for state in accepted:
                 state.synced_s = now
             finished += len(batch) - len(accepted)
+        events += (len(completed) + len(batch)) or 1
         if round_s is not None:
             on_grid = tick is not None and now >= tick - _EPS
             if not on_grid:
@@ -397,5 +401,5 @@ def simulate(
     makespan = now - (jobs[0].submit_time_s if jobs else 0.0)
     stats = dict(getattr(policy, "stats", {}))  # e.g. Gandiva's packed and time-sliced starts
     return SimResult(
-        workload, cluster, loop.jobs, acc, makespan, rounds, decisions, policy.name, stats
+        workload, cluster, loop.jobs, acc, makespan, rounds, decisions, policy.name, stats, events
     )

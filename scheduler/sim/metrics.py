@@ -94,6 +94,8 @@ def summarize(result: SimResult) -> dict[str, float | int | str]:
         # how the trace's jobs progressed, and how many were matched to a Pollux application
         "progress": result.workload.progress,
         "statistical_jobs": sum(result.workload.statistical_jobs.values()),
+        "rounds": result.rounds,
+        "events": result.events,
     }
     out |= result.policy_stats
     if has_deadline.any():
