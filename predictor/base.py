@@ -211,13 +211,20 @@ class TaskPredictor(BaseEstimator, ABC):
 
 def flags_column(flags: dict[str, np.ndarray], n: int) -> np.ndarray:
     """The `flags` column from one boolean array per token (keys from FLAGS)."""
-    codes = flags_categorical(flags, n)
-    return np.asarray(codes.categories, dtype=object)[codes.codes]
+    words, codes = _flag_sets(flags, n)
+    return np.array(words, dtype=object)[codes]
 
 
 def flags_categorical(flags: dict[str, np.ndarray], n: int) -> pd.Categorical:
     """`flags_column` as a categorical: each distinct set of flags spelled once (10^5
     candidates have a few), numbered in order of its bits, not one string per row."""
+    words, codes = _flag_sets(flags, n)
+    return pd.Categorical.from_codes(codes, categories=pd.Index(words, dtype=object))
+
+
+def _flag_sets(flags: dict[str, np.ndarray], n: int) -> tuple[list[str], np.ndarray]:
+    """(each distinct set of flags spelled, in order of its bits; each row's set's number),
+    without pandas: a one-row answer's categorical cost more than the rest of its flags."""
     unknown = set(flags) - set(FLAGS)
     if unknown:
         raise ValueError(f"flags outside the FLAGS vocabulary: {sorted(unknown)}")
@@ -232,7 +239,7 @@ def flags_categorical(flags: dict[str, np.ndarray], n: int) -> pd.Categorical:
     sets = np.flatnonzero(present)
     words = [",".join(t for i, t in enumerate(tokens) if s >> i & 1) for s in sets.tolist()]
     code = np.cumsum(present) - 1
-    return pd.Categorical.from_codes(code[bits], categories=pd.Index(words, dtype=object))
+    return words, code[bits]
 
 
 def interval_columns(

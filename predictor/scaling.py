@@ -141,9 +141,13 @@ def _groups(*codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(group of each row, first row of each group) of the combinations of integer codes,
     groups numbered in the order of their keys; by a table of every key where the keys are
     few (10^5 candidates: a few jobs, GPU types and clusters), else by sorting."""
-    if len(codes[0]) == 1:  # one row: one group
-        return np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64)
-    key = np.zeros(len(codes[0]), dtype=np.int64)
+    n = len(codes[0])
+    # a code the same on every row tells no rows apart (10^5 candidates: one job, one
+    # cluster, often one GPU type), and leaves the groups' order as it is
+    codes = tuple(c for c in codes if n > 1 and c.min() != c.max())
+    if not codes:  # one group
+        return np.zeros(n, dtype=np.int64), np.zeros(min(n, 1), dtype=np.int64)
+    key = np.zeros(n, dtype=np.int64)
     for code in codes:
         code = np.asarray(code, dtype=np.int64)
         key = key * (int(code.max(initial=0)) + 1) + code
@@ -161,6 +165,8 @@ def _groups(*codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _members(group: np.ndarray) -> list[np.ndarray]:
     """The rows of each group, in group order (a radix sort of the small group numbers)."""
+    if not group.any():  # one group (a request's rows of one job on one GPU type)
+        return [np.arange(len(group))]
     small = group.astype(np.int16) if group.max(initial=0) < 2**15 else group
     order = np.argsort(small, kind="stable")
     return np.split(order, np.cumsum(np.bincount(group))[:-1])
@@ -596,12 +602,13 @@ class ScalingPredictor(TaskPredictor):
         return np.nan_to_num(X["log_step_ref"].to_numpy(dtype=float), nan=self.prior_step_)
 
     def _sync_terms(
-        self, job: np.ndarray, cluster: np.ndarray, spread: int, nominal: np.ndarray | None = None
+        self, job: np.ndarray, cluster: np.ndarray, spread: int, params_m: np.ndarray | None = None
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(effective bytes, latency s, source) per row for `spread`: 0 fitted on the row's
         cluster, 1 the job's median over the clusters it was measured on (or its other
-        spread's, bytes rescaled), 2 the prior. Never the GPU type's: a job moves the same
-        bytes on any GPU, so a faster GPU at the same links is never slower."""
+        spread's, bytes rescaled), 2 the prior (from the nominal gradient bytes of the rows'
+        `params_m`, none where not given). Never the GPU type's: a job moves the same bytes
+        on any GPU, so a faster GPU at the same links is never slower."""
         n = len(job)
         codes, distinct = small_factorize(list(zip(job, cluster, strict=True)))  # a few rows
         values, sources, need = [], [], []
@@ -623,12 +630,12 @@ class ScalingPredictor(TaskPredictor):
         values, sources = np.array(values, dtype=float).reshape(-1, 2), np.array(sources)
         if need:
             need = np.array(need)
+            jobs_d = np.array([d[0] for d in distinct], dtype=object)
             nominal_d = np.full(len(distinct), np.nan)
-            if nominal is not None:
+            if params_m is not None:
                 first = np.zeros(len(distinct), dtype=int)
                 first[codes[::-1]] = np.arange(n)[::-1]
-                nominal_d = nominal[first]
-            jobs_d = np.array([d[0] for d in distinct], dtype=object)
+                nominal_d = nominal_gradient_bytes(jobs_d, params_m[first])
             values[need, 0] = self._prior_bytes(jobs_d[need], nominal_d[need], spread)
         return np.exp(values[codes, 0]), values[codes, 1], sources[codes]
 
@@ -728,15 +735,18 @@ class ScalingPredictor(TaskPredictor):
             job_code, cluster_code = codes["job"][at], codes["cluster"][at]
             group, first = _groups(job_code, cluster_code)
             ones = at[first]  # one row of each (job, cluster)
-            nominal = nominal_gradient_bytes(job[ones], take(arrays.params_m)[ones])
             named = (job[ones], cluster[ones])
-            b_one, a_one, src_one = (v[group] for v in self._sync_terms(*named, 0, nominal))
-            b_x, a_x, src_x = (v[group] for v in self._sync_terms(*named, 1, nominal))
+            params_m = take(arrays.params_m)[ones]
+            b_one, a_one, source = (v[group] for v in self._sync_terms(*named, 0, params_m))
             across = nodes[multi] > 1
+            terms_x = None  # the across-nodes terms, worked out where a row spans nodes
+            if across.any():
+                b_x, a_x, src_x = (v[group] for v in self._sync_terms(*named, 1, params_m))
+                terms_x = (b_x, a_x)
+                source = np.where(across, np.fmax(source, src_x), source)
             sync[multi] = self.law_.sync_seconds(
-                gpus[multi], nodes[multi], intra[multi], inter[multi], (b_one, a_one), (b_x, a_x)
+                gpus[multi], nodes[multi], intra[multi], inter[multi], (b_one, a_one), terms_x
             )
-            source = np.where(across, np.fmax(src_one, src_x), src_one)
             # bytes fitted on this cluster but never on this GPU type there: not measured
             group, first = _groups(job_code, cluster_code, codes["gpu"][at], across)
             ones = at[first]
@@ -770,13 +780,11 @@ class ScalingPredictor(TaskPredictor):
         log_step, compute_src, sync_src = self._predict_log(arrays)
         mid = np.exp(log_step)
         # the interval's factors per (compute source, sync source): 12 pairs, not 10^5 rows
-        low, high = np.ones((3, 4)), np.ones((3, 4))
-        for c in range(3):
-            for s in range(-1, 3):
-                lo_c, hi_c = self.spread_[f"c{c}"]
-                lo_s, hi_s = self.spread_[f"s{s}"] if s >= 0 else (0.0, 0.0)
-                low[c, s + 1] = np.exp(-np.hypot(lo_c, lo_s))
-                high[c, s + 1] = np.exp(np.hypot(hi_c, hi_s))
+        # (lo, hi) of each compute source, and of each sync source (one GPU: none)
+        compute = np.array([self.spread_[f"c{c}"] for c in range(3)])
+        sync = np.array([(0.0, 0.0)] + [self.spread_[f"s{s}"] for s in range(3)])
+        low = np.exp(-np.hypot(compute[:, None, 0], sync[None, :, 0]))
+        high = np.exp(np.hypot(compute[:, None, 1], sync[None, :, 1]))
         lo = mid * low[compute_src, sync_src + 1]
         hi = mid * high[compute_src, sync_src + 1]
         answer = interval_columns(self.targets, [(lo, mid, hi)])

@@ -58,16 +58,22 @@ class SyncLaw:
         intra_gbps: np.ndarray,
         inter_gbps: np.ndarray,
         one: tuple[np.ndarray, np.ndarray],
-        across: tuple[np.ndarray, np.ndarray],
+        across: tuple[np.ndarray, np.ndarray] | None,
     ) -> np.ndarray:
         """S of each row: 0 on one GPU, S_1 on one node, max(S_1, S_x) across nodes; `one`
-        and `across` are each spread's (bytes, latency seconds) per row."""
+        and `across` are each spread's (bytes, latency seconds) per row (`across` None where
+        no row spans nodes)."""
         gpus = np.asarray(gpus, dtype=float)
         s_one = one[1] + one[0] * self.seconds_per_byte(gpus, intra_gbps, 0)
         s_one = np.where(gpus > 1, s_one, 0.0)
+        spans = (np.asarray(nodes) > 1) & (gpus > 1)
+        if across is None:
+            if spans.any():
+                raise ValueError("rows across nodes need the across-nodes terms")
+            return s_one
         slowest = np.fmin(intra_gbps, inter_gbps)
         s_across = across[1] + across[0] * self.seconds_per_byte(gpus, slowest, 1)
-        return np.where((np.asarray(nodes) > 1) & (gpus > 1), np.fmax(s_one, s_across), s_one)
+        return np.where(spans, np.fmax(s_one, s_across), s_one)
 
     def step_seconds(self, compute_s: np.ndarray, sync_s: np.ndarray) -> np.ndarray:
         """(T_c ** gamma + S ** gamma) ** (1 / gamma), scaled by the larger term so that no
