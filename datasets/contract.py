@@ -17,7 +17,7 @@ import json
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -444,9 +444,14 @@ def _missing(value: object) -> bool:
 
 
 def _few_row_check(check: pa.Check, present: list) -> bool | None:
-    name = getattr(check._check_fn, "__name__", "")
-    scalar = _FEW_ROW_CHECKS.get(name) or _FEW_ROW_CHECKS.get(check.name)
+    scalar = _few_row_scalar(check)
     return None if scalar is None else scalar(present, check.statistics)
+
+
+def _few_row_scalar(check: pa.Check) -> Callable[[list, dict], bool | None] | None:
+    """`check`'s form on Python values in _FEW_ROW_CHECKS, None where it has none."""
+    name = getattr(check._check_fn, "__name__", "")
+    return _FEW_ROW_CHECKS.get(name) or _FEW_ROW_CHECKS.get(check.name)
 
 
 def _column_passes(column: pa.Column, series: pd.Series) -> bool:
@@ -590,10 +595,10 @@ def few_row_columns(
     records of a scaling, interference or trace table (a single request's rows need no
     DataFrame: on a few rows pandas' per-call cost is most of a prediction's). `exclude`:
     columns the records must not carry (a predictor's targets), required or not."""
-    schema = SCHEMAS.get(kind)
-    if not 0 < len(records) <= FEW_ROWS or kind in ("graph", "plan") or schema is None:
+    if not 0 < len(records) <= FEW_ROWS or kind in ("graph", "plan"):
         return None
-    if not _fast_path_applies(schema):
+    plan = _few_row_plan(kind)
+    if plan is None:
         return None
     names: dict[str, None] = {}
     for record in records:
@@ -601,23 +606,23 @@ def few_row_columns(
     if any(name in names for name in exclude):
         return None
     columns = {name: [record.get(name) for record in records] for name in names}
-    for name, column in schema.columns.items():
+    for name, dtype, nullable, required, checks in plan.columns:
         if name not in columns:
-            if column.required and name not in exclude:
+            if required and name not in exclude:
                 return None
             continue
-        dtype, values = str(column.dtype), []
+        values = []
         for value in columns[name]:
-            ok, value = _plain_value(value, dtype, column.nullable)
+            ok, value = _plain_value(value, dtype, nullable)
             if not ok:
                 return None
             values.append(value)
         present = [v for v in values if not _missing(v)]
-        if not all(_few_row_check(check, present) for check in column.checks):
-            return None  # False, or None: the check cannot tell on Python values
+        # a check without a scalar form cannot tell on Python values: the frame decides
+        if not all(scalar is not None and scalar(present, stats) for scalar, stats in checks):
+            return None
         columns[name] = values
-    for check in schema.checks:
-        decide = _FEW_ROW_TABLE_CHECKS.get(check.name)
+    for decide in plan.table_checks:
         if decide is None or not decide(columns):
             return None
     if kind == "scaling" and "placement" in columns:
@@ -632,6 +637,40 @@ def few_row_columns(
         if any(t != g or u != n for (_, g, n), t, u in zip(placed, total, used, strict=True)):
             return None
     return columns
+
+
+class _FewRowPlan(NamedTuple):
+    """What `few_row_columns` reads of a schema, worked out once per schema (asking pandera
+    for a column's dtype name and a check's function on every call cost more than checking
+    a row): per column (name, dtype name, nullable, required, its checks' scalar forms with
+    their statistics, None where a check has none), then the table checks' scalar forms."""
+
+    columns: list[tuple[str, str, bool, bool, list[tuple[Callable | None, dict]]]]
+    table_checks: list[Callable[[dict[str, list]], bool] | None]
+
+
+_FEW_ROW_PLANS: dict[str, tuple[pa.DataFrameSchema, _FewRowPlan | None]] = {}
+
+
+def _few_row_plan(kind: str) -> _FewRowPlan | None:
+    """The `_FewRowPlan` of SCHEMAS[kind], made again if the schema was replaced; None where
+    the fast path does not apply to it (`_fast_path_applies`) or there is no such table."""
+    schema = SCHEMAS.get(kind)
+    cached = _FEW_ROW_PLANS.get(kind)
+    if cached is not None and cached[0] is schema:
+        return cached[1]
+    plan = None
+    if schema is not None and _fast_path_applies(schema):
+        plan = _FewRowPlan(
+            columns=[
+                (name, str(column.dtype), column.nullable, column.required,
+                 [(_few_row_scalar(check), check.statistics) for check in column.checks])
+                for name, column in schema.columns.items()
+            ],
+            table_checks=[_FEW_ROW_TABLE_CHECKS.get(check.name) for check in schema.checks],
+        )  # fmt: skip
+    _FEW_ROW_PLANS[kind] = (schema, plan)
+    return plan
 
 
 def validates_as_is(
