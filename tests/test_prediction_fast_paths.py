@@ -29,6 +29,7 @@ from perfcast.errors import ContractError
 from perfcast.predictor import make_predictor
 from perfcast.predictor.base import CheckedRows, TaskPredictor, interval_frame
 from perfcast.predictor.regressors import SAME_LEAVES_ROWS, QuantileGBM, lgbm_matrix
+from perfcast.predictor.throughput import SyncLaw
 
 pytestmark = requires_data
 
@@ -392,6 +393,39 @@ def test_every_way_to_ask_answers_as_the_frame_does(task: str) -> None:
     np.testing.assert_array_equal(
         model.predict(checked), points[:, 0] if len(points[0]) == 1 else points
     )
+
+
+def test_each_scaling_row_alone_answers_as_the_batch_does() -> None:
+    """A lone request's row (one record per call: the service's single-row path, which
+    skips what one row does not need) gets the numbers and flags its row gets in one batch
+    of every row, as a frame and as records: real rows of Gavel's and Muri's clusters, on
+    one GPU, on one node and across nodes, with and without a cluster, a job never seen and
+    a GPU type known from one GPU only among them."""
+    model, rows = _scaling_case()
+    rows = pd.concat([rows, rows.iloc[[2, 3]].assign(cluster=None)], ignore_index=True)
+    assert (rows["num_gpus"] == 1).any() and (rows["num_nodes"] > 1).any()
+    assert ((rows["num_gpus"] > 1) & (rows["num_nodes"] == 1)).any()
+    want = model.predict_interval(rows)
+    records = _raw(rows).to_dict("records")
+    assert all(contract.few_row_columns([r], "scaling", exclude=model.targets) for r in records)
+    answers = [model.predict_interval([record], columns=True) for record in records]
+    alone = pd.DataFrame({name: np.concatenate([a[name] for a in answers]) for name in answers[0]})
+    _same(alone, want)
+    _same(pd.DataFrame(model.predict_interval(records, columns=True)), want)
+    assert (want["flags"] != "").any() and (want["flags"] == "").any()
+
+
+def test_synchronization_without_across_terms_is_the_one_node_answer() -> None:
+    """Rows on one node need no across-nodes terms (scaling skips working them out): the
+    law answers them as with any; a row across nodes without them is refused."""
+    law = SyncLaw(gamma=1.25, growth=(0.25, 0.5))
+    gpus, nodes = np.array([1, 2, 4, 8]), np.ones(4)
+    links = (np.full(4, 15.75), np.full(4, 1.25))
+    one, across = (np.full(4, 4e7), np.full(4, 1e-3)), (np.full(4, 9e7), np.full(4, 3e-3))
+    want = law.sync_seconds(gpus, nodes, *links, one, across)
+    np.testing.assert_array_equal(law.sync_seconds(gpus, nodes, *links, one, None), want)
+    with pytest.raises(ValueError, match="across-nodes terms"):
+        law.sync_seconds(gpus, np.array([1, 1, 2, 1]), *links, one, None)
 
 
 class _RequestSize(TaskPredictor):
