@@ -30,11 +30,14 @@ def test_wheel_installs_next_to_hugging_face_datasets(tmp_path: Path) -> None:
     venv = tmp_path / "venv"
     python = clean_venv(venv)
     pip_install(python, "--no-deps", built_wheel())
-    pip_install(python, "datasets")  # Hugging Face's, from the index
     # perfcast's own dependencies come from this environment, appended after the clean venv's
     # site-packages (a .pth line), so the venv's `datasets` and perfcast wheel come first.
+    # Written before `datasets` installs: what this environment already has (pandas, pyarrow,
+    # numpy...) satisfies it, and only the rest (the package itself, huggingface-hub,
+    # multiprocess...) goes into the venv: 6 s of CPU instead of 30 (376 MB unpacked).
     purelib = _run(python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])")
     Path(purelib.stdout.strip(), "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    pip_install(python, "datasets")  # Hugging Face's, from the index
     env = {**os.environ, "PERFCAST_HOME": str(tmp_path / "home")}
     check = _run(python, "-c", """
 import json, datasets, perfcast.datasets
