@@ -218,7 +218,13 @@ def test_interference_predicts_both_sides(family: str) -> None:
 @pytest.mark.parametrize("family", ["gbm", "fcn", "rnn", "gnn"])
 def test_runtime_families_predict_one_row_per_sample(graphs: pd.DataFrame, family: str) -> None:
     held_out = graphs["device"] == "Tesla_T4"
-    model = make_predictor("runtime", family, epochs=5).fit(graphs[~held_out])
+    # trained on three of the other nine GPUs (45 of their 98 samples): the answer's shape does
+    # not depend on how many, and the gbm stage under every family fits an op model per
+    # device held out
+    train = graphs["device"].isin(
+        ["NVIDIA_H100_80GB_HBM3", "AMD_Instinct_MI250", "Tesla_V100-PCIE-32GB"]
+    )
+    model = make_predictor("runtime", family, epochs=5).fit(graphs[train])
     out = model.predict_interval(graphs[held_out].drop(columns=["e2e_latency_ms"]))
     assert set(out.index) == set(graphs.loc[held_out, "sample_id"])
     _check_intervals(out, "e2e_latency_ms")
