@@ -72,7 +72,9 @@ def test_evaluate_auto_says_what_it_chose(tmp_path) -> None:
 
     rows = datasets.load("gavel-interference")
     train, test = tmp_path / "train.csv", tmp_path / "test.csv"
-    datasets.write_table(rows[rows["gpu_type"] != "k80"], train, kind="interference")
+    # trained on the V100's pairs, not the P100's too: auto's choice says the same at half the
+    # rows (validating the fcn is most of this test's time)
+    datasets.write_table(rows[rows["gpu_type"] == "v100"], train, kind="interference")
     datasets.write_table(rows[rows["gpu_type"] == "k80"], test, kind="interference")
     result = runner.invoke(
         app, ["evaluate", "--task", "interference", "--train", str(train), "--test", str(test),
