@@ -112,6 +112,10 @@ class SchedulingPolicy:
     needs_predictions: bool = False
     prediction_tasks: tuple[str, ...] = ()  # prediction tasks it asks for (`duration`, ...)
     placement: JobPlacement | None = None  # its own placement, else the loop's default
+    # True when a round with no job waiting decides nothing (the policy only starts waiting
+    # jobs or swaps them in, never resizes, migrates or stops running ones unprompted): the
+    # simulator skips such rounds, and their wake-ups
+    idle_without_waiting: bool = False
 
     def configure(self, workload: Any) -> None:
         """Adapt to what a run brings before it starts (the simulator passes its `Workload`:

@@ -11,6 +11,7 @@ from perfcast.scheduler.policies import register
 @register("fifo")
 class FifoPolicy(SchedulingPolicy):
     needs_predictions = False
+    idle_without_waiting = True
 
     def schedule(self, ctx: RoundContext) -> Schedule:
         """Walk the waiting jobs in submission order (FIFO never preempts, so that is the

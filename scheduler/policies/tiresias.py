@@ -301,6 +301,7 @@ def _discard(slots: list[int], slot: int) -> None:
 @register("tiresias")
 class TiresiasPolicy(SchedulingPolicy):
     needs_predictions = False
+    idle_without_waiting = True
 
     def __init__(self, thresholds: float | tuple[float, ...] = DEFAULT_THRESHOLDS) -> None:
         # one number is one threshold (two queues), as the Pollux artifact's 16 GPU-hours

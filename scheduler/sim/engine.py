@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import heapq
 import math
+from array import array
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from perfcast.errors import PerfcastError
@@ -49,6 +50,28 @@ class _Running:
     version: int = 0  # of the latest completion event queued for it (unique in the run)
 
 
+class Timeline:
+    """(time, GPUs busy, jobs waiting) points, each stored in three typed arrays (24 bytes a
+    point; a million-job run records millions); iterates as tuples."""
+
+    def __init__(self) -> None:
+        self.time_s, self.gpus_busy, self.jobs_waiting = array("d"), array("q"), array("q")
+
+    def append(self, t: float, busy_gpus: int, waiting: int) -> None:
+        self.time_s.append(t)
+        self.gpus_busy.append(busy_gpus)
+        self.jobs_waiting.append(waiting)
+
+    def __len__(self) -> int:
+        return len(self.time_s)
+
+    def __getitem__(self, i: int) -> tuple[float, int, int]:
+        return self.time_s[i], self.gpus_busy[i], self.jobs_waiting[i]
+
+    def __iter__(self) -> Iterator[tuple[float, int, int]]:
+        return zip(self.time_s, self.gpus_busy, self.jobs_waiting, strict=True)
+
+
 @dataclass
 class Accounting:
     """Cluster-side integrals, kept independently of the per-job counters to cross-check."""
@@ -59,12 +82,13 @@ class Accounting:
     samples: dict[str, float] = field(default_factory=dict)  # samples run, never capped
     # (time, GPUs busy, jobs waiting) from each change on: a step function whose GPU integral
     # is busy_gpu_s, kept for the report's time series
-    timeline: list[tuple[float, int, int]] = field(default_factory=list)
+    timeline: Timeline = field(default_factory=Timeline)
 
     def record(self, t: float, busy_gpus: int, waiting: int) -> None:
         """The cluster's state from `t` on; a point only where it changed."""
-        if not self.timeline or self.timeline[-1][1:] != (busy_gpus, waiting):
-            self.timeline.append((t, busy_gpus, waiting))
+        line = self.timeline
+        if not line or line.gpus_busy[-1] != busy_gpus or line.jobs_waiting[-1] != waiting:
+            line.append(t, busy_gpus, waiting)
 
 
 class SimulationError(RuntimeError):
@@ -377,6 +401,11 @@ def simulate(
                     on_progress(finished, total)
                 continue
             tick = None
+        if policy.idle_without_waiting and not loop.jobs.num_waiting:
+            timer = None  # nothing to decide until a job arrives (an event of its own)
+            if on_progress:
+                on_progress(finished, total)
+            continue
         decisions += len(loop.round(now))
         rounds += 1
         if ended := policy.stopped(loop.context(now)):

@@ -19,37 +19,32 @@ from perfcast.units import duration, log_ticks, number
 
 def job_table(result: SimResult) -> pd.DataFrame:
     """One row per finished job."""
-    rows = [
-        (
-            s.job_id,
-            s.job.job_type,
-            s.job.num_gpus,
-            s.job.submit_time_s,
-            s.first_start_s,
-            s.finish_s,
-            s.job.duration_s,
-            s.preemptions,
-            s.migrations,
-            s.resizes,
-            s.attained_gpu_s,
-            s.overhead_gpu_s,
-            s.job.deadline_s,
-            s.samples_done >= s.job.total_samples * (1 - 1e-9),
-            s.samples_done / s.job.total_samples,
-            s.job.group,
-            s.job.metric_at(s.samples_done / s.job.total_samples) if s.job.score else None,
-        )
-        for s in result.jobs.all.values()
-        if s.status is JobStatus.DONE
-    ]
-    df = pd.DataFrame(
-        rows,
-        columns=[
-            "job_id", "job_type", "num_gpus", "submit_s", "start_s", "finish_s", "duration_s",
-            "preemptions", "migrations", "resizes", "gpu_s", "overhead_gpu_s", "deadline_s",
-            "completed", "progress", "group", "metric",
+    done = [s for s in result.jobs.all.values() if s.status is JobStatus.DONE]
+    # column by column: a million jobs as a list of row tuples would hold every figure as a
+    # Python object twice over (the tuples, then pandas's object array)
+    columns = {
+        "job_id": [s.job_id for s in done],
+        "job_type": [s.job.job_type for s in done],
+        "num_gpus": [s.job.num_gpus for s in done],
+        "submit_s": [s.job.submit_time_s for s in done],
+        "start_s": [s.first_start_s for s in done],
+        "finish_s": [s.finish_s for s in done],
+        "duration_s": [s.job.duration_s for s in done],
+        "preemptions": [s.preemptions for s in done],
+        "migrations": [s.migrations for s in done],
+        "resizes": [s.resizes for s in done],
+        "gpu_s": [s.attained_gpu_s for s in done],
+        "overhead_gpu_s": [s.overhead_gpu_s for s in done],
+        "deadline_s": [s.job.deadline_s for s in done],
+        "completed": [s.samples_done >= s.job.total_samples * (1 - 1e-9) for s in done],
+        "progress": [s.samples_done / s.job.total_samples for s in done],
+        "group": [s.job.group for s in done],
+        "metric": [
+            s.job.metric_at(s.samples_done / s.job.total_samples) if s.job.score else None
+            for s in done
         ],
-    )  # fmt: skip
+    }
+    df = pd.DataFrame(columns)
     df["deadline_s"] = pd.to_numeric(df["deadline_s"]).astype(float)
     df["metric"] = pd.to_numeric(df["metric"]).astype(float)
     df["jct_s"] = df["finish_s"] - df["submit_s"]
@@ -67,9 +62,9 @@ def job_table(result: SimResult) -> pd.DataFrame:
     return df
 
 
-def summarize(result: SimResult) -> dict[str, float | int | str]:
-    """The run's headline figures."""
-    df = job_table(result)
+def summarize(result: SimResult, table: pd.DataFrame | None = None) -> dict[str, float | int | str]:
+    """The run's headline figures (from its `job_table`, made here unless given)."""
+    df = job_table(result) if table is None else table
     jct = df["jct_s"].to_numpy(float)
     total_gpus = result.cluster.total_gpus
     capacity = total_gpus * result.makespan_s

@@ -112,8 +112,9 @@ def run_simulation(
         round_s=round_s,
         min_run_s=min_run_s,
     )
-    summary = summarize(result) | {"predictor": predictor if job_predictor else "none"}
-    return SimRun(result, summary, job_table(result))
+    jobs = job_table(result)
+    summary = summarize(result, jobs) | {"predictor": predictor if job_predictor else "none"}
+    return SimRun(result, summary, jobs)
 
 
 def write_outputs(run: SimRun, out: Path) -> list[Path]:
@@ -123,7 +124,9 @@ def write_outputs(run: SimRun, out: Path) -> list[Path]:
     metrics = atomic_write_text(out / "metrics.json", json.dumps(run.summary, indent=2))
     jobs = write_table(run.jobs, out / "jobs.csv")
     timeline = write_table(
-        pd.DataFrame(run.result.accounting.timeline, columns=list(TIMELINE_COLUMNS)),
+        pd.DataFrame(
+            {name: getattr(run.result.accounting.timeline, name) for name in TIMELINE_COLUMNS}
+        ),
         out / "timeline.csv",
     )
     title = f"{run.summary['trace']} - {run.summary['policy']}"
