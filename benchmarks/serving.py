@@ -722,9 +722,10 @@ def main() -> None:
         "the answer (~90 ms of 10,000 rows; now one `pydantic_core.to_json`, ~3 ms).\n\n"
         + (f"Missed: {', '.join(missed)}. " if missed else "All targets met. ")
         + "Where the time goes (CPU time, cProfile with a CPU timer): a single-row request "
-        "costs the server ~1-1.5 ms in the predictor (the three gbm models ~0.2 ms of it, the "
-        "rest the few-row contract checks, features and flags in Python), ~0.35 ms in the "
-        "service (one ASGI middleware, the predict route's fast path, JSON, pydantic) and "
+        "costs the server ~0.6-0.7 ms in the predictor (the few-row contract check, the "
+        "throughput model's arithmetic and the flags, numpy calls on one-element arrays; a "
+        "measured job asks no gbm), ~0.35 ms in the service (one ASGI middleware, the "
+        "predict route's fast path, JSON, pydantic) and "
         "~0.15 ms in uvicorn; the load generator ~0.1 ms per request sent one at a time, "
         "~0.4 ms in the open loop (its timers and queue); httpx's async client, the load "
         "generator before, cost about as much as the server's whole request (4.6-6.4 ms "
@@ -738,7 +739,18 @@ def main() -> None:
         "started in turn by one script, three rounds of seven requests at a 1-minute load "
         "average of 1.3-1.9 (21:05 UTC; another helper was training): 118 / 128 / 95 ms -> "
         "84 / 99 / 73 ms, the same answer; with the C allocator settings above in the "
-        "server's environment 84 / 98 / 75 ms, so they were not adopted."
+        "server's environment 84 / 98 / 75 ms, so they were not adopted. Issue 33 "
+        "(2026-11-29): the one-row answer lost its pandas categorical of flags, 24 scalar "
+        "numpy calls of the interval table and the across-nodes terms of one-node rows, the "
+        "contract reads a schema once, and grouping skips the codes the same on every row "
+        "(10^5 candidates: one job and cluster). In-process, interleaved with the code before "
+        "(b7a856e) at a 1-minute load average of ~10: one request through the app 2.4-2.8 -> "
+        "1.2-1.5 ms CPU, the predictor's one record 1.37 -> 0.72 ms, the 102,368 candidates' "
+        "prediction 87 -> 67-72 ms. Served, both servers started by one script and alternated "
+        "over three rounds at a load average of 8: recommend 232-286 -> 174-225 ms, p50 at 500 "
+        "req/s 31-44 -> 4-32 ms, p99 152-191 -> 80-153 ms, the same answers. The table above "
+        "was measured on that loaded machine (the 2026-11-27 run at a load average of 3): "
+        "compare figures within one run."
     )
     if not args.no_write:
         sys.path.insert(0, str(ROOT))
