@@ -25,6 +25,7 @@ import re
 
 import pandas as pd
 import pytest
+from _pytest.nodeid import NodeId
 from hypothesis import HealthCheck, settings
 
 from perfcast import datasets
@@ -205,8 +206,20 @@ RAY_MODULES = frozenset(
 )
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+# After xdist's own hook: xdist 3.8 sends a test to its group's worker by the `@group` suffix of
+# its node id, which it sets through `item._nodeid`, an attribute pytest 9 no longer reads (the
+# id is `item._id`); so no test was grouped and two Ray clusters started at once. The suffix is
+# set here, where xdist's did not take.
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    grouping = getattr(config.option, "loadgroup", False)  # set on xdist's workers
     for item in items:
-        if item.get_closest_marker("xdist_group") is None:
+        marker = item.get_closest_marker("xdist_group")
+        if marker is None:
             module = item.module.__name__.rsplit(".", 1)[-1] if item.module else item.nodeid
             item.add_marker(pytest.mark.xdist_group("ray" if module in RAY_MODULES else module))
+            marker = item.get_closest_marker("xdist_group")
+        nodeid = item.nodeid
+        if grouping and nodeid.rfind("@") <= nodeid.rfind("]"):  # no group suffix yet
+            name = marker.args[0] if marker.args else marker.kwargs.get("name", "default")
+            item._id = NodeId.parse(f"{nodeid}@{name}")
