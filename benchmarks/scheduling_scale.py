@@ -158,19 +158,19 @@ def scale_section(cpu_limit_s: int, policies: tuple[str, ...] = SCALE_POLICIES) 
     """Section `scheduling-scale` of docs/BENCHMARKS.md from one run of each policy and load."""
     trace = scale_trace(state_dir() / "bench-scheduling")
     table = markdown(pd.DataFrame(scale_rows(trace, cpu_limit_s, policies)), 1)
-    command = " ".join(scale_command(trace.with_name("TRACE"), "POLICY", 4.0))
+    command = " ".join(scale_command(Path(trace.name), "POLICY", 4.0)).replace(" 4 ", " LOAD ")
     body = f"""
 ### A million jobs on {SCALE_CLUSTER} = 10,000 GPUs (SYNTHETIC trace)
 
 The trace is synthetic, built from a measured one: Pollux's 82,247 Philly jobs replicated, each
 copy submitted one trace span (109 days) plus an hour after the one before, cut at
 {SCALE_JOBS:,} jobs (`benchmarks/scheduling_scale.py`, `scale_trace`). Each row is one process,
-`{command.replace("TRACE", trace.name)}` (oracle predictions for the policies that need
-them): CPU seconds (user + system) and peak resident memory of the whole process (reading the
-trace, mapping its jobs, simulating, summarizing), its wall time on a machine shared with other
-work, and events (arrivals, completions and wake-ups) per CPU second. Target: every run under
-{TARGET_CPU_S:.0f} s of CPU and {TARGET_RSS_MIB / 1024:.0f} GiB. A run is stopped by the kernel
-at {cpu_limit_s} s of CPU.
+`{command}` (the trace is written under the state directory's `bench-scheduling/`; oracle
+predictions for the policies that need them): CPU seconds (user + system) and peak resident
+memory of the whole process (reading the trace, mapping its jobs, simulating, summarizing), its
+wall time on a machine shared with other work, and events (arrivals, completions and wake-ups)
+per CPU second. Target: every run under {TARGET_CPU_S:.0f} s of CPU and
+{TARGET_RSS_MIB / 1024:.0f} GiB. A run is stopped by the kernel at {cpu_limit_s} s of CPU.
 
 {table}
 """

@@ -89,6 +89,14 @@ HEADLINES = (
         {"jobs": "10,000", "GPUs (nodes × 8)": "10,000"}, "place (s)", target="< 1 s",
     ),
     Headline(
+        "simulate 1M jobs on 10,000 GPUs, tiresias at load 4 (CPU s)", "scheduling-scale",
+        {"policy": "tiresias", "load": "4"}, "CPU (s)", target="< 60 s",
+    ),
+    Headline(
+        "simulate 1M jobs on 10,000 GPUs, tiresias at load 4 (peak MiB)", "scheduling-scale",
+        {"policy": "tiresias", "load": "4"}, "peak RSS (MiB)", target="< 2,048 MiB",
+    ),
+    Headline(
         "pollux below published Pollux (8 workloads)",
         "scheduling-peer", {}, "", target="8 of 8",
         pattern=r"per-job fitting.*?Below Pollux on (\d+ of \d+)",
