@@ -70,7 +70,7 @@ def start_service(
     state: Path,
     policy: str,
     round_s: float,
-    timeout_s: float = 120.0,
+    timeout_s: float = 300.0,  # a loaded host starts Ray workers in minutes
     *,
     predictor: str = "none",
     predictor_url: str = "http://127.0.0.1:8000",
@@ -92,12 +92,14 @@ def start_service(
     ready = state / "scheduler.ready"
     deadline = time.monotonic() + timeout_s
     while not (ready.is_file() and ready.read_text() == str(proc.pid)):
-        if proc.poll() is not None or time.monotonic() > deadline:
+        code = proc.poll()
+        if code is not None or time.monotonic() > deadline:
             proc.kill()
+            why = f"exited with code {code}" if code is not None else f"no round in {timeout_s:g} s"
             tail = (state / "scheduler.log").read_text(errors="replace")[-2000:]
             raise ClusterError(
-                f"the scheduler service did not start (`perfcast cluster down` stops what "
-                f"`cluster up` started):\n{tail}"
+                f"the scheduler service did not start ({why}; `perfcast cluster down` stops "
+                f"what `cluster up` started):\n{tail}"
             )
         time.sleep(0.2)
     return proc.pid
