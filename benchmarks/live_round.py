@@ -67,9 +67,10 @@ def round_times(policy_name: str, num_jobs: int, rounds: int) -> dict[str, objec
     for i in range(1, rounds + 1):
         now = 60.0 * i
         running = sorted(s.job_id for s in loop.jobs.running())
-        for job_id in pick.sample(running, max(1, len(running) // 100)):
+        turnover = max(1, len(running) // 100)  # 1% finish, as many arrive
+        for job_id in pick.sample(running, turnover):
             loop.job_finished(job_id, now)
-        arriving, rest = rest[: len(running) // 100 or 1], rest[len(running) // 100 or 1 :]
+        arriving, rest = rest[:turnover], rest[turnover:]
         loop.submit(arriving, now)  # new arrivals, due from this round
         start = time.perf_counter()
         loop.round(now)
