@@ -14,7 +14,7 @@ PACKAGE_DIRS := common datasets features predictor training optimizer scheduler 
 # one reinstalls. The list is rewritten only when it changes.
 MODULES := build/package-files.txt
 $(MODULES): FORCE
-	@mkdir -p build && find $(PACKAGE_DIRS) -type f -not -path '*__pycache__*' | LC_ALL=C sort \
+	@mkdir -p build && find -H $(PACKAGE_DIRS) -type f -not -path '*__pycache__*' | LC_ALL=C sort \
 		> $@.new && { cmp -s $@.new $@ && rm $@.new || mv $@.new $@; }
 
 # A strict editable install: build/__editable__.perfcast-*/perfcast/ mirrors the import paths
