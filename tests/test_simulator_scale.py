@@ -8,8 +8,10 @@ simulator whose policies did that themselves (commit 17c11d9). Synthetic job typ
 from __future__ import annotations
 
 import bisect
+import functools
 import hashlib
 import math
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
@@ -154,9 +156,18 @@ def workload() -> Workload:
     return scale_workload()
 
 
+@pytest.fixture(scope="module")
+def ours(workload: Workload) -> Callable[[str], SimResult]:
+    """Each policy's run of the workload, simulated once for the tests of both its answers
+    (they only read it)."""
+    return functools.cache(
+        lambda policy: simulate(workload, ClusterSpec.parse(CLUSTER), make_policy(policy))
+    )
+
+
 @pytest.mark.parametrize("policy", ["fifo", "tiresias"])
-def test_priority_policies_give_the_recorded_answers(workload, policy):
-    result = simulate(workload, ClusterSpec.parse(CLUSTER), make_policy(policy))
+def test_priority_policies_give_the_recorded_answers(workload, ours, policy):
+    result = ours(policy)
     assert {j.num_gpus for j in workload.jobs} == set(SIZES)
     assert max(waiting for _, _, waiting in result.accounting.timeline) >= 250
     assert len(result.jobs.all) == NUM_JOBS
@@ -165,12 +176,11 @@ def test_priority_policies_give_the_recorded_answers(workload, policy):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("policy", ["fifo", "tiresias"])
-def test_priority_policies_match_the_rank_everything_reference(workload, policy):
-    spec = ClusterSpec.parse(CLUSTER)
-    ours = outcome(simulate(workload, spec, make_policy(policy)))
-    reference = simulate(workload, spec, ReferencePriority(policy))
+def test_priority_policies_match_the_rank_everything_reference(workload, ours, policy):
+    jobs = outcome(ours(policy))
+    reference = simulate(workload, ClusterSpec.parse(CLUSTER), ReferencePriority(policy))
     assert digest(reference) == RECORDED[policy]
-    assert len(ours) == NUM_JOBS
-    assert ours == outcome(reference)
+    assert len(jobs) == NUM_JOBS
+    assert jobs == outcome(reference)
     if policy == "tiresias":
-        assert sum(preempted for _, preempted in ours.values()) > 10_000  # demotions preempt
+        assert sum(preempted for _, preempted in jobs.values()) > 10_000  # demotions preempt
