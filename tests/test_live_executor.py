@@ -53,10 +53,11 @@ def reference(tmp_path_factory):
 @pytest.fixture(scope="module")
 def executor(tmp_path_factory):
     """One executor for the module (tests use distinct job ids), with warm spare workers so
-    launches skip process start-up."""
+    launches skip process start-up, and the workers jobs give back kept for the next tests'
+    launches (a new process costs seconds of CPU: torch's imports)."""
     tmp = tmp_path_factory.mktemp("live")
     store = JobStore(tmp / "state.db")
-    ex = RayExecutor(store, tmp / "ckpt", spares_per_node=2)
+    ex = RayExecutor(store, tmp / "ckpt", spares_per_node=2, idle_per_node=6)
     ex.warm_spares(timeout_s=600)  # process start-up on a loaded host: minutes
     yield ex
     ex.shutdown()

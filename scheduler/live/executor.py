@@ -63,6 +63,7 @@ class RayExecutor:
         *,
         slice_s: float = 0.2,
         spares_per_node: int = 0,
+        idle_per_node: int | None = None,
         worker_threads: int = 1,
         handoff: bool = True,
         clock: Callable[[], float] = time.time,
@@ -76,7 +77,9 @@ class RayExecutor:
         self.namespace = worker_namespace(store)
         self.nodes = NodeView(store)
         self.reservations = GpuReservations(self.nodes, self.namespace)
-        self.pool = WorkerPool(self.nodes, self.namespace, spares_per_node, worker_threads)
+        self.pool = WorkerPool(
+            self.nodes, self.namespace, spares_per_node, worker_threads, idle_per_node
+        )
         self.live: dict[str, WorkerGang] = {}
         self._reports: list[Report] = []  # found outside `poll`, returned by the next one
         self.restarts = RestartBackoff()  # failed jobs: failures in a row, backoffs

@@ -31,10 +31,21 @@ class Spare:
 
 class WorkerPool:
     def __init__(
-        self, nodes: NodeView, namespace: str, spares_per_node: int = 0, worker_threads: int = 1
+        self,
+        nodes: NodeView,
+        namespace: str,
+        spares_per_node: int = 0,
+        worker_threads: int = 1,
+        idle_per_node: int | None = None,
     ) -> None:
+        """`spares_per_node` workers per node are started ahead and kept warm (`top_up`).
+        `idle_per_node` (at least `spares_per_node`, which it defaults to) is how many idle
+        workers a node keeps when jobs give theirs back (`give_back`): a launch takes one of
+        those, whose process is up, where a new one would cost a process start (seconds of
+        CPU: torch's imports). Each idle worker holds its process's memory."""
         self.nodes, self.namespace = nodes, namespace
         self.spares_per_node, self.worker_threads = spares_per_node, worker_threads
+        self.idle_per_node = max(spares_per_node, idle_per_node or 0)
         self._spares: dict[int, list[Spare]] = defaultdict(list)  # core node -> its spares
 
     def take(self, node: int) -> tuple[Any, str]:
@@ -79,10 +90,10 @@ class WorkerPool:
         ray.get(readiness, timeout=timeout_s)
 
     def give_back(self, gang: WorkerGang) -> None:
-        """Keep a gang's idle workers as spares on their node, up to `spares_per_node`."""
+        """Keep a gang's idle workers as spares on their node, up to `idle_per_node`."""
         for worker, name, (node, _) in zip(gang.workers, gang.names, gang.gpus, strict=True):
             spares = self._spares[node]
-            if len(spares) < self.spares_per_node:
+            if len(spares) < self.idle_per_node:
                 spares.append(Spare(worker, name, worker.info.remote()))
             else:
                 ray.kill(worker, no_restart=True)
