@@ -19,9 +19,14 @@ if "PYTEST_XDIST_WORKER" in os.environ:
         os.environ.setdefault(_name, "1")
 
 import ast
+import fcntl
 import functools
 import json
+import pickle
 import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
 
 import pandas as pd
 import pytest
@@ -45,10 +50,43 @@ requires_data = pytest.mark.skipif(
 )
 
 
+_FITS: list[Path] = []  # the folder `fitted_once` shares models in (none: not under xdist)
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _perfcast_home(tmp_path_factory: pytest.TempPathFactory) -> None:
     os.environ["PERFCAST_HOME"] = str(tmp_path_factory.mktemp("perfcast-home"))
     os.environ.pop("MLFLOW_TRACKING_URI", None)
+    if "PYTEST_XDIST_WORKER" in os.environ:  # a worker's basetemp lies in the run's basetemp
+        _FITS.append(tmp_path_factory.getbasetemp().parent / "fitted-once")
+
+
+T = TypeVar("T")
+
+
+def fitted_once(build: Callable[..., T]) -> Callable[..., T]:
+    """`build(*args)` once per test run, not once per pytest-xdist worker: the first worker to
+    ask fits it and pickles it into a folder of this run's basetemp, which every worker shares;
+    a worker asking meanwhile waits for it (no CPU) rather than fitting the same model again.
+    Every run fits afresh (the folder is the run's own). Callers only read what it returns."""
+
+    @functools.cache
+    @functools.wraps(build)
+    def once(*args: object) -> T:
+        if not _FITS:
+            return build(*args)
+        _FITS[0].mkdir(exist_ok=True)
+        path = _FITS[0] / f"{build.__name__}-{'-'.join(map(str, args))}.pickle"
+        with open(path.with_suffix(".lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if path.is_file():
+                return pickle.loads(path.read_bytes())
+            value = build(*args)
+            path.with_suffix(".part").write_bytes(pickle.dumps(value))
+            path.with_suffix(".part").replace(path)
+            return value
+
+    return once
 
 
 GAVEL_GPUS = ("k80", "p100", "v100")
@@ -93,7 +131,7 @@ def gavel_muri_scaling_rows() -> pd.DataFrame:
     )
 
 
-@functools.cache
+@fitted_once
 def scaling_model_without_k80_multi():
     """A gbm scaling model fitted on `gavel_muri_scaling_rows` less the K80's multi-GPU rows
     (a GPU known from its one-GPU rows only). Shared by the fast-path tests, which only read
@@ -114,7 +152,7 @@ RUNTIME_TRAIN_DEVICES = (
 )
 
 
-@functools.cache
+@fitted_once
 def runtime_model_without_a_model():
     """A gbm runtime model fitted on NeuSight's graphs of RUNTIME_TRAIN_DEVICES less
     RUNTIME_HELD_MODEL's; shared (read only) by the tests of unseen models and devices and the
@@ -124,7 +162,7 @@ def runtime_model_without_a_model():
     return make_predictor("runtime", "gbm").fit(graphs[train])
 
 
-@functools.cache
+@fitted_once
 def spark_query_model(every: int = 5):
     """(a gbm query model, the queries and the scale it never saw): fitted on Decima's Spark
     TPC-H runs less every `every`-th query and the largest scale; shared (read only) by the
@@ -169,6 +207,13 @@ def gavel_pairs() -> pd.DataFrame:
                     }
                 )
     return pd.DataFrame(rows)
+
+
+@fitted_once
+def interference_model_on_gavel_pairs():
+    """A gbm interference model fitted on every row of `gavel_pairs`; shared (read only) by
+    the fast-path and flag tests."""
+    return make_predictor("interference", "gbm").fit(gavel_pairs())
 
 
 class MeasuredBackend:

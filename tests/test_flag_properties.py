@@ -14,6 +14,7 @@ from conftest import (
     RUNTIME_TRAIN_DEVICES,
     gavel_muri_scaling_rows,
     gavel_pairs,
+    interference_model_on_gavel_pairs,
     requires_data,
     runtime_model_without_a_model,
     scaling_model_without_k80_multi,
@@ -82,8 +83,7 @@ def test_scaling_flags_an_unseen_job_gpu_or_size_and_never_a_training_row(
 
 @pytest.fixture(scope="module")
 def interference():
-    pairs = gavel_pairs()
-    return make_predictor("interference", "gbm").fit(pairs), pairs
+    return interference_model_on_gavel_pairs(), gavel_pairs()
 
 
 @EXAMPLES

@@ -16,6 +16,7 @@ import pytest
 from conftest import (
     gavel_muri_scaling_rows,
     gavel_pairs,
+    interference_model_on_gavel_pairs,
     requires_data,
     scaling_model_without_k80_multi,
 )
@@ -348,9 +349,8 @@ def _scaling_case() -> tuple[object, pd.DataFrame]:
 
 
 def _interference_case() -> tuple[object, pd.DataFrame]:
-    pairs = gavel_pairs()
-    model = make_predictor("interference", "gbm").fit(pairs)
-    return model, pairs.drop(columns=["a_speed", "b_speed"]).sample(40, random_state=3)
+    rows = gavel_pairs().drop(columns=["a_speed", "b_speed"]).sample(40, random_state=3)
+    return interference_model_on_gavel_pairs(), rows
 
 
 def _duration_case() -> tuple[object, pd.DataFrame]:
