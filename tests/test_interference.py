@@ -27,6 +27,12 @@ def pairs() -> pd.DataFrame:
     return datasets.load("gavel-interference")
 
 
+@pytest.fixture(scope="module")
+def gavel_model(pairs: pd.DataFrame):
+    """gbm on every Gavel pair: read by the tests split by source."""
+    return make_predictor("interference", "gbm").fit(pairs)
+
+
 def _speeds(rows: pd.DataFrame) -> np.ndarray:
     return rows[["a_speed", "b_speed"]].to_numpy(dtype=float)
 
@@ -62,14 +68,14 @@ def test_unseen_pairs_beat_no_interference_by_a_quarter(pairs: pd.DataFrame) -> 
 
 
 def test_trained_on_gavel_is_no_worse_than_no_interference_on_cpu_pairs(
-    pairs: pd.DataFrame,
+    pairs: pd.DataFrame, gavel_model
 ) -> None:
     """Split by source: GPU pairs from Gavel in training, the CPU pairs measured here (every
     workload new, most model families new) as the test. Two one-thread jobs on two cores fit
     (their solo `cpu_util` sums to ~100%), so the contention rule leaves no slowdown; Gavel's
     slowdowns in full would be ~0.3 off (the train mean: 0.41)."""
     measured = datasets.load("measured-cpu-colocation")
-    model = make_predictor("interference", "gbm").fit(pairs)
+    model = gavel_model
     errors, _ = _mae_and_coverage(model, measured)
     assert errors.mean() <= np.abs(1.0 - _speeds(measured)).mean() + 1e-9
     assert (
@@ -192,14 +198,15 @@ def test_a_new_time_sliced_pair_follows_its_busy_fractions(
     assert "time_sliced" not in untold["flags"].iloc[0]
 
 
-def test_time_slicing_on_the_h100_pairs_beats_the_training_mean(pairs: pd.DataFrame) -> None:
+def test_time_slicing_on_the_h100_pairs_beats_the_training_mean(
+    pairs: pd.DataFrame, gavel_model
+) -> None:
     """Split by source on a real GPU: trained on Gavel's pairs, asked for the 10 pairs
     measured on an H100 without MPS (every workload new). The contention rule lost to the
     Gavel mean there (MAE 0.240 against 0.110); the time-slicing rule beats it and 1.0."""
     h100 = datasets.load("measured-h100-colocation")
     assert (h100["sharing"] == "time-slice").all()
-    model = make_predictor("interference", "gbm").fit(pairs)
-    errors, covered = _mae_and_coverage(model, h100)
+    errors, covered = _mae_and_coverage(gavel_model, h100)
     assert errors.mean() < np.abs(_speeds(pairs).mean() - _speeds(h100)).mean()
     assert errors.mean() < 0.25 * np.abs(1.0 - _speeds(h100)).mean()
     assert covered.mean() >= 0.5
