@@ -18,6 +18,7 @@ tables from the scaling model. `allocate_greedy` (marginal gain per GPU) is the 
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Mapping, Sequence
@@ -41,6 +42,9 @@ class InfeasibleAllocationError(PerfcastError):
 
 @dataclass(frozen=True)
 class ElasticJob:
+    """One job's options. `throughput` is read once, when the job is first allocated
+    (`curve`): a scheduler that re-allocates the same jobs every round sorts each table once."""
+
     job_id: str
     throughput: dict[tuple[int, int], float]  # (num_gpus, global_batch_size) -> samples/s
     min_gpus: int = 0
@@ -75,6 +79,12 @@ class ElasticJob:
                 raise PerfcastError(
                     f"{where}: throughput at {key} must be a finite number >= 0, got {value}"
                 )
+
+    @functools.cached_property
+    def curve(self) -> tuple[np.ndarray, ...]:
+        """Its GPU counts (sorted), the best samples/s on each and the batch reaching it (ties:
+        the smaller batch)."""
+        return _best_by_gpu_count(self.throughput)
 
 
 @dataclass(frozen=True)
@@ -198,28 +208,41 @@ def _best_by_gpu_count(throughput: Mapping[tuple[int, int], float]) -> tuple[np.
 def _options(jobs: Sequence[ElasticJob], total_gpus: int) -> _Options:
     # jobs that share one throughput table (the same model's curve) read it once
     curves: dict[int, tuple[np.ndarray, ...]] = {}
-    gpus, values, batches, counts = [], [], [], []
-    for job in jobs:
-        key = id(job.throughput)
-        if key not in curves:
-            curves[key] = _best_by_gpu_count(job.throughput)
-        g, rate, size = curves[key]
-        usable = gpu_counts(job.min_gpus, job.max_gpus, total_gpus)
-        lo, hi = np.searchsorted(g, [usable.start, max(usable.stop, usable.start)])
-        idle = int(job.min_gpus == 0)  # not running is a choice, worth 0
-        gpus += [np.zeros(idle, dtype=np.int64), g[lo:hi]]
-        values += [np.zeros(idle), rate[lo:hi] * job.weight]
-        batches += [np.zeros(idle, dtype=np.int64), size[lo:hi]]
-        counts.append(idle + hi - lo)
-    counts_arr = np.asarray(counts, dtype=np.int64)
-    start = np.concatenate([[0], np.cumsum(counts_arr)])
+    parts = [_job_options(job, total_gpus, curves) for job in jobs]
+    counts = np.fromiter((len(g) for g, _, _ in parts), np.int64, len(parts))
+    start = np.concatenate([[0], np.cumsum(counts)])
     return _Options(
-        owner=np.repeat(np.arange(len(jobs)), counts_arr),
-        gpus=np.concatenate(gpus) if gpus else np.zeros(0, dtype=np.int64),
-        value=np.concatenate(values) if values else np.zeros(0),
-        batch=np.concatenate(batches) if batches else np.zeros(0, dtype=np.int64),
+        owner=np.repeat(np.arange(len(jobs)), counts),
+        gpus=np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, dtype=np.int64),
+        value=np.concatenate([p[1] for p in parts]) if parts else np.zeros(0),
+        batch=np.concatenate([p[2] for p in parts]) if parts else np.zeros(0, dtype=np.int64),
         start=start,
     )
+
+
+def _job_options(
+    job: ElasticJob, total_gpus: int, curves: dict[int, tuple[np.ndarray, ...]]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A job's usable GPU counts on `total_gpus` GPUs (0 first when it may wait), its weighted
+    samples/s and batch on each. Kept on the job for its last `total_gpus`: a scheduler
+    allocates the same jobs on the same cluster every round."""
+    memo = job.__dict__.get("_options_memo")
+    if memo is not None and memo[0] == total_gpus:
+        return memo[1]
+    curve = curves.get(id(job.throughput))
+    if curve is None:
+        curve = curves[id(job.throughput)] = job.curve
+    g, rate, size = curve
+    usable = gpu_counts(job.min_gpus, job.max_gpus, total_gpus)
+    lo, hi = np.searchsorted(g, [usable.start, max(usable.stop, usable.start)])
+    idle = int(job.min_gpus == 0)  # not running is a choice, worth 0
+    found = (
+        np.concatenate([np.zeros(idle, dtype=np.int64), g[lo:hi]]),
+        np.concatenate([np.zeros(idle), rate[lo:hi] * job.weight]),
+        np.concatenate([np.zeros(idle, dtype=np.int64), size[lo:hi]]),
+    )
+    job.__dict__["_options_memo"] = (total_gpus, found)  # frozen: as cached_property stores
+    return found
 
 
 def _check_minimums(jobs: Sequence[ElasticJob], options: _Options, total_gpus: int) -> None:
@@ -314,20 +337,24 @@ def _exact(options: _Options, total_gpus: int) -> np.ndarray:
     padded = np.full(2 * width, -np.inf)
     window = sliding_window_view(padded, width + 1)
     columns = np.arange(width)
+    reach = 0  # the most GPUs the jobs so far can use: best[c] is -inf above it
     for i in range(n):
         usable = options.gpus[options.start[i] : options.start[i + 1]]
         padded[width:] = best
         # candidates[c, k] = best[c - g_k] + value of this job on g_k GPUs: one column per
-        # usable count, so a job costs (GPUs + 1) × its choices (see `dp_cells`)
+        # usable count, so a job costs (GPUs + 1) × its choices (see `dp_cells`); only the
+        # rows c the jobs so far can reach, the others stay -inf
         lo, hi = int(usable[0]), int(usable[-1])
+        reach = min(reach + hi, width - 1)
+        rows = reach + 1
         if hi - lo + 1 == usable.size:  # a contiguous range: a view, no gather
-            shifted = window[:, width - hi : width - lo + 1][:, ::-1]
+            shifted = window[:rows, width - hi : width - lo + 1][:, ::-1]
             candidates = shifted + table[i, lo : hi + 1]
         else:
-            candidates = window[:, width - usable] + table[i, usable]
+            candidates = window[:rows, width - usable] + table[i, usable]
         pick = candidates.argmax(axis=1)  # first maximum: the fewest GPUs on ties
-        best = candidates[columns, pick]
-        choice[i] = usable[pick]
+        best[:rows] = candidates[columns[:rows], pick]
+        choice[i, :rows] = usable[pick]
     used = int(np.argmax(best))  # the fewest GPUs reaching the optimum
     if not np.isfinite(best[used]):
         raise InfeasibleAllocationError(
