@@ -141,6 +141,11 @@ class ClusterState:
             return self.total_gpus
         return sum(s for s, t in zip(self.node_size, self.node_type, strict=True) if t == gpu_type)
 
+    def nodes_with_free_gpus(self, gpu_type: str | None = None) -> list[int]:
+        """The nodes with at least one free GPU (of `gpu_type`), in no particular order."""
+        types = [gpu_type] if gpu_type is not None else list(self._by_free)
+        return [n for t in types for bucket in self._by_free.get(t, [])[1:] for n in bucket]
+
     def free_slots(self, node: int) -> list[GpuSlot]:
         return [(node, g) for g, occ in enumerate(self.occupants[node]) if not occ]
 

@@ -92,11 +92,12 @@ class PackingPlacement(ConsolidatedPlacement):
     def grow(self, state: JobState, alloc: Allocation, ctx: RoundContext) -> None:
         cluster, n = ctx.cluster, alloc.num_gpus
         own = Counter(node for node, _ in state.gpus)
-        usable = [
-            i
-            for i in range(cluster.num_nodes)
-            if alloc.gpu_type is None or cluster.node_type[i] == alloc.gpu_type or own[i]
-        ]
+        if n == state.num_gpus and len(own) == 1:  # on one node at its size: it stays there
+            if alloc.batch_size != state.batch_size:
+                ctx.commit(Resize(state.job_id, state.gpus, alloc.batch_size))
+            return
+        # its own nodes and those with free GPUs (nodes with no room for it change nothing)
+        usable = {*cluster.nodes_with_free_gpus(alloc.gpu_type), *own}
         room = {i: cluster.free_per_node[i] + own[i] for i in usable}
         if sum(room.values()) < n:
             return
