@@ -110,6 +110,7 @@ class ClusterState:
         self.free_gpus = self._total_gpus
         self._free_of_type: dict[str, int] = {}  # free GPUs per GPU type
         self.placements = 0  # (job, GPU) pairs: a GPU shared by two jobs counts twice
+        self._shared: set[GpuSlot] = set()  # GPUs holding two or more jobs
         # best-fit index: gpu type -> free count -> nodes with exactly that many free GPUs
         self._by_free: dict[str, list[set[int]]] = {}
         for node, (size, gpu_type) in enumerate(zip(self.node_size, self.node_type, strict=True)):
@@ -156,6 +157,8 @@ class ClusterState:
             if not occ:
                 self._move(node, -1)
                 self.free_gpus -= 1
+            else:
+                self._shared.add((node, gpu))
             occ.append(job_id)
         self.placements += len(slots)
 
@@ -166,7 +169,18 @@ class ClusterState:
             if not occ:
                 self._move(node, +1)
                 self.free_gpus += 1
+            elif len(occ) == 1:
+                self._shared.discard((node, gpu))
         self.placements -= len(slots)
+
+    @property
+    def sharing(self) -> bool:
+        """Whether any GPU holds two or more jobs."""
+        return bool(self._shared)
+
+    def alone(self, slots: tuple[GpuSlot, ...]) -> bool:
+        """Whether each of these GPUs holds one job at most."""
+        return self._shared.isdisjoint(slots)
 
     def find_free(
         self, num_gpus: int, gpu_type: str | None = None, exclude: int | None = None

@@ -58,8 +58,10 @@ class GandivaPlacement(ConsolidatedPlacement):
 
     def place(self, schedule: Sequence[Allocation], ctx: RoundContext) -> None:
         super().place(schedule, ctx)
+        if not ctx.cluster.sharing:
+            return  # every job is alone on its GPUs
         for state in list(ctx.jobs.running()):
-            if state.share != "exclusive" or _alone(state, ctx):
+            if state.share != "exclusive" or ctx.cluster.alone(state.gpus):
                 continue
             slots = ctx.cluster.find_free(state.num_gpus)
             if slots is not None:
@@ -97,10 +99,6 @@ class GandivaPlacement(ConsolidatedPlacement):
         if cluster.free_per_node[node] >= alloc.num_gpus:
             return tuple(cluster.free_slots(node)[: alloc.num_gpus])
         return None
-
-
-def _alone(state: JobState, ctx: RoundContext) -> bool:
-    return all(len(ctx.cluster.occupants[n][g]) == 1 for n, g in state.gpus)
 
 
 @register("gandiva")
@@ -167,7 +165,8 @@ class GandivaPolicy(SchedulingPolicy):
         candidates += [(jobs[a.job_id], main_type) for a in out]
         hosts: dict[int, dict[HostClass, list[JobState]]] = {}
         for s, gpu_type in candidates:
-            if s.status is JobStatus.RUNNING and (s.share != "exclusive" or not _alone(s, ctx)):
+            running = s.status is JobStatus.RUNNING
+            if running and (s.share != "exclusive" or not cluster.alone(s.gpus)):
                 continue
             size = s.num_gpus or s.job.num_gpus
             key = (gpu_type, s.job.job_type, s.batch_size // size)
