@@ -3,7 +3,7 @@ predictions (Gandiva with packing, elastic), deciding with a synthetic predictio
 (made-up step times and co-location speeds: these runs test recovery, not predictions).
 Re-run on the same state after a kill, it recovers as `perfcast run-trace` does.
 
-    python tests/live_runner_main.py {packed|elastic} STATE_DIR RAY_ADDRESS JOBS_YAML
+    python tests/live_runner_main.py {packed|elastic} STATE_DIR RAY_ADDRESS JOBS_YAML IDLE_WORKERS
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ class SyntheticBackend:
         )
 
 
-def main(policy_name: str, state: str, address: str, trace: str) -> None:
+def main(policy_name: str, state: str, address: str, trace: str, idle_workers: str) -> None:
     folder = Path(state)
     folder.mkdir(parents=True, exist_ok=True)
     store = JobStore(folder / "state.db")
@@ -51,7 +51,9 @@ def main(policy_name: str, state: str, address: str, trace: str) -> None:
         policy = make_policy("gandiva", memory_mb=lambda job_type, batch: 1000.0, timeslice=False)
     else:
         policy = make_policy(policy_name)
-    executor = RayExecutor(store, folder / "checkpoints", spares_per_node=0)
+    executor = RayExecutor(
+        store, folder / "checkpoints", spares_per_node=0, idle_per_node=int(idle_workers)
+    )
     predictor = JobPredictor(SyntheticBackend(), gpus_per_node=4)
     runner = LiveRunner(executor, store, policy, round_s=0.2, predictor=predictor)
     recovered = runner.recover()

@@ -27,6 +27,11 @@ def ray_cluster():
     ray.shutdown()
 
 
+# finished jobs' workers kept for the next launches: a new worker costs seconds of CPU (torch's
+# imports), and the kill leaves those of the first scheduler to its successor's orphan clean-up
+IDLE_WORKERS = 8
+
+
 def _killed_while(policy: str, status: dict[str, str], store: JobStore) -> bool:
     """When to kill the first scheduler: fifo, once one job is done and another runs;
     gandiva, once jobs take turns on a GPU (one of them is paused for its slice)."""
@@ -52,7 +57,7 @@ def test_restarted_scheduler_loses_no_job_and_runs_none_twice(tmp_path, policy, 
     cmd = [
         str(Path(sys.executable).parent / "perfcast"), "run-trace", str(trace), "--policy",
         policy, "--state", str(tmp_path / "state"), "--address", address, "--round-s", "0.2",
-        "--spares", "0", "--json",
+        "--spares", "0", "--idle-workers", str(IDLE_WORKERS), "--json",
     ]  # fmt: skip
     store = JobStore(tmp_path / "state" / "state.db")
     first = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -128,7 +133,8 @@ def test_restart_under_packing_and_elastic_policies(tmp_path, policy, count, gap
     trace.write_text("jobs:\n" + "\n".join(jobs) + "\n")
     address = ray.get_runtime_context().gcs_address
     driver = Path(__file__).with_name("live_runner_main.py")
-    cmd = [sys.executable, str(driver), policy, str(tmp_path / "state"), address, str(trace)]
+    cmd = [sys.executable, str(driver), policy, str(tmp_path / "state"), address, str(trace),
+           str(IDLE_WORKERS)]  # fmt: skip
     store = JobStore(tmp_path / "state" / "state.db")
     first = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 600

@@ -116,6 +116,15 @@ PredictorOpt = Annotated[str | None, typer.Option("--predictor", help=PREDICTOR_
 PredictorUrlOpt = Annotated[
     str, typer.Option("--predictor-url", help="the prediction service, for --predictor http")
 ]
+SparesOpt = Annotated[int, typer.Option(help="warm spare workers kept per node")]
+IdleOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--idle-workers",
+        help="idle workers a node keeps when jobs give theirs back, for the next launches "
+        "(a new worker costs a process start); default: --spares",
+    ),
+]
 GpuTypeOpt = Annotated[
     str | None,
     typer.Option(
@@ -267,7 +276,8 @@ def cluster_serve(
     gpu_type: GpuTypeOpt = None,
     round_s: Annotated[float, typer.Option(help="seconds between scheduling rounds")] = 0.5,
     slice_s: Annotated[float, typer.Option(help="time-slice length for shared GPUs")] = 0.2,
-    spares: Annotated[int, typer.Option(help="warm spare workers kept per node")] = 1,
+    spares: SparesOpt = 1,
+    idle_workers: IdleOpt = None,
     state: StateOpt = None,
 ) -> None:
     """Run the scheduler service in the foreground until SIGTERM or Ctrl-C (`cluster up`
@@ -288,7 +298,13 @@ def cluster_serve(
     register_service(folder, os.getpid())  # `submit` sees it, `down` stops it
     _connect(state, None)
     store = _store(state)
-    executor = RayExecutor(store, folder / "checkpoints", slice_s=slice_s, spares_per_node=spares)
+    executor = RayExecutor(
+        store,
+        folder / "checkpoints",
+        slice_s=slice_s,
+        spares_per_node=spares,
+        idle_per_node=idle_workers,
+    )
     executor.warm_spares()
     predictions = _live_predictor(executor, chosen, predictor, predictor_url, gpu_type)
     runner = LiveRunner(executor, store, chosen, round_s=round_s, predictor=predictions)
@@ -542,7 +558,8 @@ def run_trace(
     step_s: Annotated[float, typer.Option(help="trace CSV: step time of the replayed jobs")] = 0.05,
     round_s: Annotated[float, typer.Option(help="seconds between scheduling rounds")] = 0.5,
     slice_s: Annotated[float, typer.Option(help="time-slice length for shared GPUs")] = 0.2,
-    spares: Annotated[int, typer.Option(help="warm spare workers kept per node")] = 1,
+    spares: SparesOpt = 1,
+    idle_workers: IdleOpt = None,
     num_gpus: Annotated[int, typer.Option(help="logical GPUs of a local cluster")] = 4,
     predictor: PredictorOpt = None,
     predictor_url: PredictorUrlOpt = DEFAULT_PREDICTOR_URL,
@@ -575,7 +592,11 @@ def run_trace(
     _connect(state, address, num_gpus)
     store = _store(state)
     executor = RayExecutor(
-        store, _state(state) / "checkpoints", slice_s=slice_s, spares_per_node=spares
+        store,
+        _state(state) / "checkpoints",
+        slice_s=slice_s,
+        spares_per_node=spares,
+        idle_per_node=idle_workers,
     )
     executor.warm_spares()  # before the run's clock starts
     predictions = _live_predictor(executor, chosen, predictor, predictor_url, gpu_type)

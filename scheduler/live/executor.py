@@ -444,8 +444,13 @@ class RayExecutor:
             statuses = ray.get([w.status.remote() for w in workers], timeout=30)
         except (ValueError, RayActorError, GetTimeoutError):
             statuses = []
-        same = bool(workers) and all(
-            s["job_id"] == job_id and s["attempt"] == record.attempt for s in statuses
+        # a worker kept idle after its loop left on a request (migrate, resize, stop) still
+        # names the attempt: the scheduler died before recording the workers that followed
+        left = [s for s in statuses if not s["busy"] and s["exit_reason"] not in (None, "finished")]
+        same = (
+            bool(workers)
+            and not left
+            and all(s["job_id"] == job_id and s["attempt"] == record.attempt for s in statuses)
         )
         if len(statuses) != len(record.workers) or not same:
             for w in workers:
