@@ -315,7 +315,8 @@ refresh().then(() => done({
 @pytest.fixture(scope="module")
 def cluster_run(tmp_path_factory: pytest.TempPathFactory, server: str):
     """`perfcast run-trace` on a local Ray cluster of its own (the one Ray start of this module),
-    its state in a folder of its own; yields (process, state folder)."""
+    its state in a folder of its own; yields (process, state folder). The workers of finished
+    jobs stay idle for the later launches (a new worker costs a process start)."""
     import subprocess
     import sys
 
@@ -324,7 +325,7 @@ def cluster_run(tmp_path_factory: pytest.TempPathFactory, server: str):
     cmd = [
         str(Path(sys.executable).parent / "perfcast"), "run-trace", str(folder / "jobs.yaml"),
         "--policy", "fifo", "--state", str(folder / "state"), "--num-gpus", "4",
-        "--round-s", "0.3", "--json",
+        "--round-s", "0.3", "--idle-workers", "4", "--json",
     ]  # fmt: skip
     log = (folder / "run.log").open("w")
     process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True)
