@@ -85,15 +85,18 @@ def test_exact_predictions_run_shortest_first_not_tiresias():
     assert ours["jct_s"].mean() < fifo_like["jct_s"].mean()
 
 
-def outcomes(actual: np.ndarray, p50: np.ndarray, width: float) -> list[tuple[float, float, float]]:
-    return [(float(np.log(a)), float(np.log(p)), width) for a, p in zip(actual, p50, strict=True)]
+def add_outcomes(
+    policy: SrtfPredictedPolicy, actual: np.ndarray, p50: np.ndarray, width: float
+) -> None:
+    for a, p in zip(actual, p50, strict=True):
+        policy.add_outcome(float(np.log(a)), float(np.log(p)), width)
 
 
 def test_overconfident_useless_model_gets_no_weight_once_jobs_finish():
     rng = np.random.default_rng(0)
     actual = np.exp(rng.uniform(3, 10, 200))
     policy = SrtfPredictedPolicy()
-    policy._outcomes = outcomes(actual, np.exp(rng.uniform(3, 10, 200)), width=0.1)
+    add_outcomes(policy, actual, np.exp(rng.uniform(3, 10, 200)), width=0.1)
     active = np.array([[90.0, 100.0, 110.0], [900.0, 1000.0, 1100.0]])
     # the model's own claim (narrow intervals, spread-out p50s) would be trusted ...
     assert trust_weights(np.log([1.1 / 0.9] * 2), Calibration(np.log(10.0))).min() > 0.9
@@ -108,7 +111,7 @@ def test_informative_model_is_trusted_and_its_understated_widths_are_widened():
     actual = np.exp(rng.uniform(3, 10, 200))
     noisy = actual * np.exp(rng.normal(0, 0.3, 200))  # 10-90% error range ~0.77 in log
     policy = SrtfPredictedPolicy()
-    policy._outcomes = outcomes(actual, noisy, width=0.2)  # claims 0.2: understated
+    add_outcomes(policy, actual, noisy, width=0.2)  # claims 0.2: understated
     calibration = policy.calibration(np.ones((1, 3)))
     assert calibration.scale == pytest.approx(0.77 / 0.2, rel=0.2)
     assert 0.8 < trust_weights(np.array([0.2]), calibration)[0] < 0.95

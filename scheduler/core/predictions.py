@@ -28,7 +28,10 @@ class JobPredictor:
         self.backend = backend
         self.gpus_per_node = gpus_per_node
         self._step: dict[ScalingKey, float] = {}
-        self._duration: dict[str, tuple[float, float, float]] = {}  # p10, p50, p90
+        # duration intervals: each job's row in a (p10, p50, p90) table grown as jobs come, so a
+        # policy ranking thousands of jobs every round reads them with one gather
+        self._duration_row: dict[str, int] = {}
+        self._duration_table = np.empty((0, 3))
         self._pair: dict[PairKey, tuple[float, float]] = {}
         self.calls = 0  # backend calls made, to check batching
 
@@ -60,24 +63,38 @@ class JobPredictor:
 
     def duration_intervals(self, jobs: Sequence[Job]) -> np.ndarray:
         """(p10, p50, p90) of each job's predicted run time, shape (len(jobs), 3)."""
-        missing = [j for j in jobs if j.job_id not in self._duration]
-        if missing:
-            rows = pd.DataFrame(
-                {
-                    "job_id": [j.job_id for j in missing],
-                    "submit_time_s": [j.submit_time_s for j in missing],
-                    "num_gpus": [j.num_gpus for j in missing],
-                    "user": [j.user for j in missing],
-                    "vc": [j.vc for j in missing],
-                    "job": [j.trace_job for j in missing],
-                    "batch_size": [j.batch_size for j in missing],
-                }
-            )
-            out = self._predict("duration", rows)
-            ids = [j.job_id for j in missing]
-            values = out[["duration_s_p10", "duration_s", "duration_s_p90"]].to_numpy(float)
-            self._duration.update(zip(ids, map(tuple, values), strict=True))
-        return np.array([self._duration[j.job_id] for j in jobs], dtype=float).reshape(-1, 3)
+        self.predict_durations(jobs)
+        row = self._duration_row
+        index = np.fromiter((row[j.job_id] for j in jobs), np.int64, len(jobs))
+        return self._duration_table[index]
+
+    def predict_durations(self, jobs: Sequence[Job]) -> None:
+        """Predict, in one backend call, the durations of the jobs not asked about before."""
+        known = self._duration_row
+        missing = list({j.job_id: j for j in jobs if j.job_id not in known}.values())
+        if not missing:
+            return
+        rows = pd.DataFrame(
+            {
+                "job_id": [j.job_id for j in missing],
+                "submit_time_s": [j.submit_time_s for j in missing],
+                "num_gpus": [j.num_gpus for j in missing],
+                "user": [j.user for j in missing],
+                "vc": [j.vc for j in missing],
+                "job": [j.trace_job for j in missing],
+                "batch_size": [j.batch_size for j in missing],
+            }
+        )
+        out = self._predict("duration", rows)
+        values = out[["duration_s_p10", "duration_s", "duration_s_p90"]].to_numpy(float)
+        start = len(self._duration_row)
+        table = self._duration_table
+        if start + len(values) > len(table):  # grown by doubling: amortized O(1) a job
+            table = np.empty((max(2 * len(table), start + len(values)), 3))
+            table[:start] = self._duration_table[:start]
+            self._duration_table = table
+        table[start : start + len(values)] = values
+        known.update((job.job_id, start + i) for i, job in enumerate(missing))
 
     def pair_speeds(self, keys: Sequence[PairKey]) -> np.ndarray:
         """Predicted (a_speed, b_speed) when two jobs share a GPU: each one's throughput as a

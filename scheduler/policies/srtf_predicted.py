@@ -24,6 +24,7 @@ the earlier submission.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -111,8 +112,9 @@ class SrtfPredictedPolicy(TiresiasPolicy):
             raise PerfcastError(f"srtf-predicted: min_finished must be >= 2, got {min_finished}")
         self.min_finished = int(min_finished)
         self._active: set[str] = set()
-        # per finished job: log run time, log p50, log(p90 / p10)
-        self._outcomes: list[tuple[float, float, float]] = []
+        # per finished job: log run time, log p50, log(p90 / p10), as typed arrays (read
+        # whole at each calibration: a list of tuples cost O(finished jobs) Python objects)
+        self._outcomes = (array("d"), array("d"), array("d"))
         self._calibration: tuple[int, Calibration] | None = None  # (outcomes seen, result)
 
     def _learn_from_finished(self, ctx: RoundContext, predictor: JobPredictor) -> None:
@@ -123,32 +125,38 @@ class SrtfPredictedPolicy(TiresiasPolicy):
             for state, low, mid, high in zip(gone, p10, p50, p90, strict=True):
                 # productive wall time: what the job's duration would be run alone
                 ran = state.run_time_s - state.overhead_gpu_s / max(state.job.num_gpus, 1)
-                self._outcomes.append(
-                    (np.log(max(ran, _TINY)), np.log(max(mid, _TINY)), _log_width(low, high))
+                self.add_outcome(
+                    np.log(max(ran, _TINY)), np.log(max(mid, _TINY)), _log_width(low, high)
                 )
         self._active = set(ctx.jobs.active)
+
+    def add_outcome(self, log_run_time: float, log_p50: float, log_width: float) -> None:
+        """A finished job's log run time, the log of its predicted p50 and log(p90 / p10)."""
+        for column, value in zip(self._outcomes, (log_run_time, log_p50, log_width), strict=True):
+            column.append(float(value))
 
     def calibration(self, intervals: np.ndarray) -> Calibration:
         """How far to trust the predictions, from finished jobs (cached until another job
         finishes), or from the model's own p50s (`intervals`: the active jobs') before
         `min_finished` jobs have finished."""
-        if len(self._outcomes) < self.min_finished:
+        finished = len(self._outcomes[0])
+        if finished < self.min_finished:
             return Calibration(log_range(np.log(np.maximum(intervals[:, 1], _TINY))))
-        if self._calibration is None or self._calibration[0] != len(self._outcomes):
-            ran, p50, width = np.array(self._outcomes).T
+        if self._calibration is None or self._calibration[0] != finished:
+            ran, p50, width = (np.array(column, dtype=float) for column in self._outcomes)
             claimed, actual = float(np.median(width)), log_range(ran - p50)
             spread = log_range(ran)
             # a model that does not rank finished jobs better than chance says nothing
             floor = actual if ranks_better_than_chance(ran, p50) else max(actual, spread)
             scale = max(1.0, actual / max(claimed, _TINY))
-            self._calibration = (len(self._outcomes), Calibration(spread, scale, floor))
+            self._calibration = (finished, Calibration(spread, scale, floor))
         return self._calibration[1]
 
     def schedule(self, ctx: RoundContext) -> Schedule:
         predictor = ctx.predictor
         if predictor is None:
             raise PerfcastError("srtf-predicted needs a prediction backend (--predictor)")
-        predictor.durations([s.job for s in ctx.jobs.waiting()])  # new arrivals, one call
+        predictor.predict_durations([s.job for s in ctx.jobs.waiting()])  # arrivals, one call
         self._learn_from_finished(ctx, predictor)
         now = ctx.now
 
