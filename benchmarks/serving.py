@@ -709,9 +709,14 @@ def main() -> None:
         f"{limits_table}\n\n"
         f"1-minute load average {load_before:.0f} at the start, {load_after:.0f} at the end "
         f"(on {os.cpu_count()} cores). "
-        "**The machine has 2 CPU cores shared with other agents working at the same time**; "
-        "server and load generator share them too, so these are pessimistic numbers that vary "
-        "from round to round with the other agents' load. Concurrent single-row requests are "
+        + (
+            "Nothing else ran on the machine; server and load generator share its cores. "
+            if load_before < 1.5
+            else "**The machine's cores were shared with other work running at the same time** "
+            "(and server and load generator share them too), so these are pessimistic numbers "
+            "that vary from round to round with that load. "
+        )
+        + "Concurrent single-row requests are "
         "micro-batched into one predictor call (serving/batching.py); a call of up to 32 rows "
         "runs on the event loop, a larger one in a worker thread so the loop keeps reading and "
         "answering requests.\n\n"
@@ -727,8 +732,10 @@ def main() -> None:
         + "Where the time goes (CPU time, cProfile with a CPU timer): a single-row request "
         "costs the server ~0.6-0.7 ms in the predictor (the few-row contract check, the "
         "throughput model's arithmetic and the flags, numpy calls on one-element arrays; a "
-        "measured job asks no gbm), ~0.35 ms in the service (one ASGI middleware, the "
-        "predict route's fast path, JSON, pydantic) and "
+        "measured job asks no gbm), ~0.2 ms in the service (one ASGI middleware, the "
+        "predict route's fast path, JSON, pydantic; measured with a canned predictor that, "
+        "until 2026-11-29, built its answer from a frame on every call and so counted 0.5 ms) "
+        "and "
         "~0.15 ms in uvicorn; the load generator ~0.1 ms per request sent one at a time, "
         "~0.4 ms in the open loop (its timers and queue); httpx's async client, the load "
         "generator before, cost about as much as the server's whole request (4.6-6.4 ms "
@@ -751,9 +758,7 @@ def main() -> None:
         "1.2-1.5 ms CPU, the predictor's one record 1.37 -> 0.72 ms, the 102,368 candidates' "
         "prediction 87 -> 67-72 ms. Served, both servers started by one script and alternated "
         "over three rounds at a load average of 8: recommend 232-286 -> 174-225 ms, p50 at 500 "
-        "req/s 31-44 -> 4-32 ms, p99 152-191 -> 80-153 ms, the same answers. The table above "
-        "was measured on that loaded machine (the 2026-11-27 run at a load average of 3): "
-        "compare figures within one run."
+        "req/s 31-44 -> 4-32 ms, p99 152-191 -> 80-153 ms, the same answers."
     )
     if not args.no_write:
         sys.path.insert(0, str(ROOT))
