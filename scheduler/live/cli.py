@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -43,6 +44,7 @@ from perfcast.tables import Column, fit
 from perfcast.units import duration
 
 if TYPE_CHECKING:
+    from perfcast.scheduler.live.executor import RayExecutor
     from perfcast.scheduler.live.store import JobStore
 
 # The store (torch, through checkpoints), traces (pandas) and Ray load inside the commands:
@@ -134,6 +136,19 @@ GpuTypeOpt = Annotated[
     ),
 ]
 DEFAULT_PREDICTOR_URL = "http://127.0.0.1:8000"
+
+
+def _warm_spares(executor: RayExecutor) -> None:
+    """Start the spare workers and wait for them, but only as long as an RPC: on a busy host a
+    process start can take minutes, and a launch can take a spare still starting, so the
+    scheduler goes on without them rather than failing."""
+    from ray.exceptions import GetTimeoutError
+
+    try:
+        executor.warm_spares()
+    except GetTimeoutError:
+        print("warning: spare workers still starting (a busy host); going on without waiting "
+              "for them", file=sys.stderr, flush=True)  # fmt: skip
 
 
 def _live_predictor(executor, policy, predictor: str | None, url: str, gpu_type: str | None):
@@ -305,7 +320,7 @@ def cluster_serve(
         spares_per_node=spares,
         idle_per_node=idle_workers,
     )
-    executor.warm_spares()
+    _warm_spares(executor)
     predictions = _live_predictor(executor, chosen, predictor, predictor_url, gpu_type)
     runner = LiveRunner(executor, store, chosen, round_s=round_s, predictor=predictions)
     print(f"recovered: {runner.recover()}", flush=True)
@@ -598,7 +613,7 @@ def run_trace(
         spares_per_node=spares,
         idle_per_node=idle_workers,
     )
-    executor.warm_spares()  # before the run's clock starts
+    _warm_spares(executor)  # before the run's clock starts
     predictions = _live_predictor(executor, chosen, predictor, predictor_url, gpu_type)
     runner = LiveRunner(executor, store, chosen, round_s=round_s, predictor=predictions)
     recovered = runner.recover()
