@@ -60,6 +60,24 @@ def test_find_free_prefers_the_fullest_node_that_fits_then_spreads():
     assert cluster.find_free(1, exclude=1) != ((1, 3),)
 
 
+def test_the_free_gpu_index_answers_as_a_walk_over_every_gpu():
+    cluster = ClusterState(ClusterSpec.parse("3x4:v100,2x8:k80"))
+    cluster.allocate("a", ((1, 0), (1, 1), (1, 2)))  # v100 node 1: 1 free
+    cluster.allocate("b", ((3, 0),))  # k80 node 3: 7 free
+    cluster.allocate("c", ((3, 0),))  # shares b's GPU
+    walk = {n: sum(not occ for occ in gpus) for n, gpus in enumerate(cluster.occupants)}
+    assert sorted(cluster.nodes_with_free_gpus()) == [n for n, f in walk.items() if f]
+    assert sorted(cluster.nodes_with_free_gpus("v100")) == [0, 1, 2]
+    everyone = sorted(walk.values(), reverse=True)
+    assert cluster.largest_free(10) == everyone
+    assert cluster.largest_free(2) == everyone[:2] == [8, 7]
+    assert cluster.largest_free(3, "v100", exclude={0}) == [4, 1]
+    assert cluster.largest_free(0) == []
+    assert cluster.sharing and not cluster.alone(((3, 0),)) and cluster.alone(((3, 1),))
+    cluster.release("c", ((3, 0),))
+    assert not cluster.sharing and cluster.alone(((3, 0),))
+
+
 def test_decisions_keep_cluster_and_jobs_in_step():
     cluster = ClusterState(ClusterSpec.parse("1x4:v100"))
     jobs = JobTable()

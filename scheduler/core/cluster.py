@@ -9,6 +9,7 @@ slot keeps a list of its occupants.
 from __future__ import annotations
 
 import re
+from collections.abc import Container
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -146,6 +147,24 @@ class ClusterState:
         """The nodes with at least one free GPU (of `gpu_type`), in no particular order."""
         types = [gpu_type] if gpu_type is not None else list(self._by_free)
         return [n for t in types for bucket in self._by_free.get(t, [])[1:] for n in bucket]
+
+    def largest_free(
+        self, count: int, gpu_type: str | None = None, exclude: Container[int] = ()
+    ) -> list[int]:
+        """The `count` largest numbers of free GPUs on one node (of `gpu_type`, not in
+        `exclude`), largest first; fewer when fewer nodes have free GPUs."""
+        types = [gpu_type] if gpu_type is not None else list(self._by_free)
+        found: list[int] = []
+        top = max((len(self._by_free.get(t, ())) for t in types), default=1) - 1
+        for free in range(top, 0, -1):
+            for t in types:
+                buckets = self._by_free.get(t, [])
+                for node in buckets[free] if free < len(buckets) else ():
+                    if len(found) == count:
+                        return found
+                    if node not in exclude:
+                        found.append(free)
+        return found
 
     def free_slots(self, node: int) -> list[GpuSlot]:
         return [(node, g) for g, occ in enumerate(self.occupants[node]) if not occ]

@@ -91,11 +91,20 @@ class PackingPlacement(ConsolidatedPlacement):
 
     def grow(self, state: JobState, alloc: Allocation, ctx: RoundContext) -> None:
         cluster, n = ctx.cluster, alloc.num_gpus
-        own = Counter(node for node, _ in state.gpus)
-        if n == state.num_gpus and len(own) == 1:  # on one node at its size: it stays there
-            if alloc.batch_size != state.batch_size:
-                ctx.commit(Resize(state.job_id, state.gpus, alloc.batch_size))
+        first = state.gpus[0][0]
+        if n == state.num_gpus and all(node == first for node, _ in state.gpus):
+            self._keep(state, alloc, ctx)  # on one node at its size: it stays there
             return
+        own = Counter(node for node, _ in state.gpus)
+        if n == state.num_gpus:
+            # it moves only if fewer nodes than it spans hold it: the largest rooms say whether
+            # (its own nodes' and the freest others', as many as it spans less one)
+            span = len(own) - 1
+            rooms = [cluster.free_per_node[i] + own[i] for i in own]
+            rooms += cluster.largest_free(span, alloc.gpu_type, exclude=own)
+            if sum(sorted(rooms, reverse=True)[:span]) < n:
+                self._keep(state, alloc, ctx)
+                return
         # its own nodes and those with free GPUs (nodes with no room for it change nothing)
         usable = {*cluster.nodes_with_free_gpus(alloc.gpu_type), *own}
         room = {i: cluster.free_per_node[i] + own[i] for i in usable}
@@ -114,6 +123,12 @@ class PackingPlacement(ConsolidatedPlacement):
             raise AssertionError(f"pollux placed {state.job_id} on {slots} for {n} GPUs")
         if set(slots) != set(state.gpus) or alloc.batch_size != state.batch_size:
             ctx.commit(Resize(state.job_id, tuple(slots), alloc.batch_size))
+
+    @staticmethod
+    def _keep(state: JobState, alloc: Allocation, ctx: RoundContext) -> None:
+        """A job staying on its GPUs: only a new batch size to commit, if any."""
+        if alloc.batch_size != state.batch_size:
+            ctx.commit(Resize(state.job_id, state.gpus, alloc.batch_size))
 
 
 def compact(gpus: tuple, n: int) -> tuple:
