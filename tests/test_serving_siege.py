@@ -173,18 +173,20 @@ def test_headers_past_the_limit_are_431_at_once(models) -> None:
     with LoopbackServer(_app(models, max_header_bytes=8192)) as url:
         port = int(url.rsplit(":", 1)[1])
         with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
-            began = time.perf_counter()
             sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: ")
+            sent = 0
             try:
                 for _ in range(64 * 16):  # up to 64 MB, as the attack sent
                     sock.sendall(b"a" * 65536)
+                    sent += 65536
             except OSError:  # the server answered and closed while we were still sending
                 pass
             answer = sock.recv(4096)
-            took = time.perf_counter() - began
     assert answer.startswith(b"HTTP/1.1 431"), answer[:200]
     assert b"PERFCAST_MAX_HEADER_BYTES" in answer
-    assert took < 5, took
+    # "at once" is judged by what the server read, not by a clock: it closed the connection
+    # long before the 64 MB were sent (a server reading on would have taken them all)
+    assert sent < 16 * 2**20, sent
 
 
 def test_a_foreign_host_header_is_refused_and_loopback_names_are_answered(models) -> None:
@@ -244,14 +246,11 @@ def test_a_client_that_leaves_mid_body_is_counted_499_not_500(models) -> None:
 # ---- a work bound on every route -----------------------------------------------------------
 
 
-def _refused_fast(client: TestClient, path: str, body: dict, limit: str) -> float:
-    """POST `body`; asserts a 413 naming `limit`; returns the seconds it took."""
-    began = time.perf_counter()
+def _refused(client: TestClient, path: str, body: dict, limit: str) -> None:
+    """POST `body`; asserts a 413 naming `limit` and its setting."""
     r = client.post(path, json=body)
-    took = time.perf_counter() - began
     assert r.status_code == 413, r.text[:300]
     assert r.json()["limit"] == limit and f"PERFCAST_{limit.upper()}" in r.text
-    return took
 
 
 @pytest.fixture(scope="module")
@@ -263,37 +262,40 @@ def plan_rows() -> list[dict]:
 
 
 def test_each_route_answers_its_work_bound_with_a_413_before_doing_the_work(
-    models, plan_rows
+    models, plan_rows, monkeypatch
 ) -> None:
+    # "before doing the work" is judged by the work itself, not by a clock: no refused request
+    # may reach the models (a timed bound failed on CI's busy machine)
+    predicted: list[str] = []
+    predict = models.predict
+    monkeypatch.setattr(
+        models, "predict", lambda task, *a, **k: predicted.append(task) or predict(task, *a, **k)
+    )
     client = TestClient(_app(models, max_columns=64))
-    took = {}
     nodes = [{"name": f"n{t}", "gpu_type": t, "gpus": 8, "gpu_memory_mb": 16384}
              for t in ("k80", "p100", "v100", "a100")]  # fmt: skip
     # a thousand kinds of one-GPU job: 10^6 pairs of kinds × 4 GPU types to predict
     jobs = [{"job_id": f"j{i}", "num_gpus": 1, "features": {"job": "resnet18",
              "local_batch_size": 1 + i}} for i in range(1000)]  # fmt: skip
-    took["place"] = _refused_fast(
-        client, "/v1/place", {"nodes": nodes, "jobs": jobs}, "max_placement_predictions"
-    )
+    _refused(client, "/v1/place", {"nodes": nodes, "jobs": jobs}, "max_placement_predictions")
+    assert predicted == []
     # a thousand jobs of one kind are one pair of kinds × 4 GPU types: within the bound (this
     # app serves no interference model to answer with)
     alike = [{**j, "features": {"job": "resnet18", "local_batch_size": 32}} for j in jobs]
     answer = client.post("/v1/place", json={"nodes": nodes, "jobs": alike})
     assert answer.status_code == 503 and "interference" in answer.text, answer.text
+    assert predicted == ["interference"], predicted  # the spy sees the work a request does
+    predicted.clear()
     plan = (plan_rows * (3000 // len(plan_rows) + 1))[:3000]
     body = {"rows": plan, "parallelism": list(range(1, 65)), "memory_limits_mb": [
         1024.0 * m for m in range(1, 17)]}  # fmt: skip
-    took["query recommend"] = _refused_fast(client, "/v1/recommend/query", body, "max_query_rows")
+    _refused(client, "/v1/recommend/query", body, "max_query_rows")
     wide = [{**row, **{f"own{i}_{k}": 1 for k in range(20)}} for i, row in enumerate(plan[:2000])]
-    took["query predict"] = _refused_fast(
-        client, "/v1/predict/query", {"rows": wide}, "max_columns"
-    )
+    _refused(client, "/v1/predict/query", {"rows": wide}, "max_columns")
     wide_features = [{**job, "features": {**job["features"], f"own{i}": 1}}
                      for i, job in enumerate(jobs[:100])]  # fmt: skip
-    took["place columns"] = _refused_fast(
-        client, "/v1/place", {"nodes": nodes[:1], "jobs": wide_features}, "max_columns"
-    )
-    assert max(took.values()) < 1.0, took  # < 0.1 s on a quiet 2-core machine
+    _refused(client, "/v1/place", {"nodes": nodes[:1], "jobs": wide_features}, "max_columns")
+    assert predicted == [], predicted
 
 
 def test_a_validation_storm_is_cut_at_the_first_bad_job(models) -> None:
@@ -301,13 +303,11 @@ def test_a_validation_storm_is_cut_at_the_first_bad_job(models) -> None:
     job = {"min_gpus": "x", "max_gpus": "y", "weight": -1, "local_batch_sizes": ["a"] * 5,
            "job": {f"k{i}": "v" * 10 for i in range(12)}}  # fmt: skip
     body = {"total_gpus": 8, "jobs": [{**job, "job_id": f"j{i}"} for i in range(10_000)]}
-    began = time.perf_counter()
     r = client.post("/v1/allocate", json=body)
-    took = time.perf_counter() - began
     assert r.status_code == 422
     detail = r.json()["detail"]
+    # the cut is judged by the answer, not by a clock: only the first bad job was validated
     assert {tuple(d["loc"][:3]) for d in detail} == {("body", "jobs", 0)}, detail
-    assert took < 2.0, took  # 0.2 s here (1.2 s when each of the 10,000 jobs was validated)
 
 
 def test_the_pages_go_through_the_same_admission_as_the_api(models) -> None:
