@@ -85,7 +85,10 @@ class SyncLaw:
             return np.hypot(compute_s, sync_s)  # (exactly T_c where S is 0, as below)
         top = np.fmax(compute_s, sync_s)
         with np.errstate(invalid="ignore", divide="ignore"):
-            inner = (compute_s / top) ** self.gamma + (sync_s / top) ** self.gamma
+            # one of the two terms is the top's: its ratio is top / top (1, or NaN where the
+            # top is 0, inf or NaN), and 1 ** gamma is 1, so only the other's power is taken
+            # (the same numbers as both powers: the fits' hot loop)
+            inner = top / top + (np.minimum(compute_s, sync_s) / top) ** self.gamma
         return np.where(sync_s > 0, top * inner ** (1.0 / self.gamma), compute_s)
 
 
