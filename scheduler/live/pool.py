@@ -28,6 +28,11 @@ class Spare:
     name: str
     ready: Any  # ObjectRef of its first answer: set once its process is up
 
+    @classmethod
+    def of(cls, worker: Any, name: str) -> Spare:
+        """A spare of `worker`, asked for its first answer (`ready`) now."""
+        return cls(worker, name, worker.info.remote())
+
 
 class WorkerPool:
     def __init__(
@@ -69,8 +74,7 @@ class WorkerPool:
                 continue
             spares = self._spares[node]
             while len(spares) < self.spares_per_node:
-                worker, name = self._new_worker(node)
-                spares.append(Spare(worker, name, worker.info.remote()))
+                spares.append(Spare.of(*self._new_worker(node)))
 
     def start_ahead(self, needed: dict[int, int]) -> None:
         """Start (in the background) spares up to `needed[node]` on each node, for launches
@@ -80,8 +84,7 @@ class WorkerPool:
                 continue  # the launch itself says what is wrong with the node
             spares = self._spares[node]
             while len(spares) < count:
-                worker, name = self._new_worker(node)
-                spares.append(Spare(worker, name, worker.info.remote()))
+                spares.append(Spare.of(*self._new_worker(node)))
 
     def warm(self, timeout_s: float = RPC_TIMEOUT_S) -> None:
         """Top up and wait until every spare is up (process started, imports done)."""
@@ -94,7 +97,7 @@ class WorkerPool:
         for worker, name, (node, _) in zip(gang.workers, gang.names, gang.gpus, strict=True):
             spares = self._spares[node]
             if len(spares) < self.idle_per_node:
-                spares.append(Spare(worker, name, worker.info.remote()))
+                spares.append(Spare.of(worker, name))
             else:
                 ray.kill(worker, no_restart=True)
 
@@ -103,7 +106,7 @@ class WorkerPool:
         spares, beyond `spares_per_node`: the next launches take them, whose processes are
         the furthest along."""
         for worker, name, (node, _) in zip(gang.workers, gang.names, gang.gpus, strict=True):
-            self._spares[node].append(Spare(worker, name, worker.info.remote()))
+            self._spares[node].append(Spare.of(worker, name))
 
     def kill_orphans(self, known: Iterable[str]) -> int:
         """Kill the workers of this namespace that neither `known` (the jobs' workers) nor
