@@ -58,6 +58,7 @@ from perfcast.predictor.throughput import (
 )
 
 FEW_ROWS = 32  # up to this many records are read without a DataFrame
+DISTINCT_BATCHES_FROM = 1024  # rows of one (job, GPU type) from which T_c is taken per batch
 MIN_SPREAD = 0.03  # the narrowest half-width of an interval in log terms (3%)
 PRIOR_FEATURES = ["spread", "log_nominal_bytes", "log_per_sample_ref", "log_fixed_ref"]
 
@@ -309,6 +310,16 @@ class ScalingPredictor(TaskPredictor):
         """(T_c of `job` on `gpu` at each batch, its source: 0 measured on this type, 1 scaled
         from other types, 2 the prior)."""
         batch = np.asarray(batch, dtype=float)
+        if len(batch) > DISTINCT_BATCHES_FROM:
+            # 10^5 candidates hold a few local batches: T_c is worked out once for each (it
+            # is elementwise in the batch, so the numbers are the same)
+            codes, distinct = pd.factorize(batch, use_na_sentinel=False)
+            if len(distinct) * 4 < len(batch):
+                values, source = self._compute_seconds(job, gpu, np.asarray(distinct, float))
+                return values[codes], source
+        return self._compute_seconds(job, gpu, batch)
+
+    def _compute_seconds(self, job: str, gpu: str, batch: np.ndarray) -> tuple[np.ndarray, int]:
         gpus = self.job_gpus_.get(job)
         if not gpus:
             per_sample, fixed = self.compute_prior_
