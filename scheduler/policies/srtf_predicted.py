@@ -32,7 +32,7 @@ import numpy as np
 from scipy.stats import spearmanr
 
 from perfcast.errors import PerfcastError
-from perfcast.scheduler.core.jobs import JobState
+from perfcast.scheduler.core.jobs import JobState, JobStatus, JobTable
 from perfcast.scheduler.core.loop import RoundContext, Schedule
 from perfcast.scheduler.core.predictions import JobPredictor
 from perfcast.scheduler.policies import register
@@ -111,15 +111,22 @@ class SrtfPredictedPolicy(TiresiasPolicy):
         if min_finished < 2:
             raise PerfcastError(f"srtf-predicted: min_finished must be >= 2, got {min_finished}")
         self.min_finished = int(min_finished)
-        self._active: set[str] = set()
+        # jobs done since the last round, as the job table tells them (`_learn_from_finished`)
+        self._done: list[JobState] = []
+        self._table: JobTable | None = None  # the table followed
         # per finished job: log run time, log p50, log(p90 / p10), as typed arrays (read
         # whole at each calibration: a list of tuples cost O(finished jobs) Python objects)
         self._outcomes = (array("d"), array("d"), array("d"))
         self._calibration: tuple[int, Calibration] | None = None  # (outcomes seen, result)
 
     def _learn_from_finished(self, ctx: RoundContext, predictor: JobPredictor) -> None:
-        """Record the jobs that finished since the last round (they left the active set)."""
-        gone = [ctx.jobs[j] for j in sorted(self._active.difference(ctx.jobs.active))]
+        """Record the jobs that finished since the last round, in the order of their ids. The
+        table tells of each as it is done (`JobTable.watch`): a round does not compare the
+        active jobs with the last round's (a copy of every active job each round)."""
+        if self._table is not ctx.jobs:
+            ctx.jobs.watch(self._on_status)
+            self._table = ctx.jobs
+        gone, self._done = sorted(self._done, key=_job_id), []
         if gone:
             p10, p50, p90 = predictor.duration_intervals([s.job for s in gone]).T
             for state, low, mid, high in zip(gone, p10, p50, p90, strict=True):
@@ -128,7 +135,10 @@ class SrtfPredictedPolicy(TiresiasPolicy):
                 self.add_outcome(
                     np.log(max(ran, _TINY)), np.log(max(mid, _TINY)), _log_width(low, high)
                 )
-        self._active = set(ctx.jobs.active)
+
+    def _on_status(self, state: JobState) -> None:
+        if state.status is JobStatus.DONE:
+            self._done.append(state)
 
     def add_outcome(self, log_run_time: float, log_p50: float, log_width: float) -> None:
         """A finished job's log run time, the log of its predicted p50 and log(p90 / p10)."""
@@ -171,6 +181,10 @@ class SrtfPredictedPolicy(TiresiasPolicy):
             return [states[i] for i in picked]
 
         return priority_schedule(ctx, order)
+
+
+def _job_id(state: JobState) -> str:
+    return state.job_id
 
 
 def _log_width(p10: np.ndarray | float, p90: np.ndarray | float) -> np.ndarray:
