@@ -129,12 +129,13 @@ class SrtfPredictedPolicy(TiresiasPolicy):
         gone, self._done = sorted(self._done, key=_job_id), []
         if gone:
             p10, p50, p90 = predictor.duration_intervals([s.job for s in gone]).T
-            for state, low, mid, high in zip(gone, p10, p50, p90, strict=True):
-                # productive wall time: what the job's duration would be run alone
-                ran = state.run_time_s - state.overhead_gpu_s / max(state.job.num_gpus, 1)
-                self.add_outcome(
-                    np.log(max(ran, _TINY)), np.log(max(mid, _TINY)), _log_width(low, high)
-                )
+            # productive wall time: what the job's duration would be run alone
+            ran = np.array(
+                [s.run_time_s - s.overhead_gpu_s / max(s.job.num_gpus, 1) for s in gone], float
+            )
+            logs = (np.log(np.maximum(ran, _TINY)), np.log(np.maximum(p50, _TINY)))
+            for column, values in zip(self._outcomes, (*logs, _log_width(p10, p90)), strict=True):
+                column.extend(values.tolist())
 
     def _on_status(self, state: JobState) -> None:
         if state.status is JobStatus.DONE:
