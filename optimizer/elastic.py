@@ -325,8 +325,13 @@ def allocate(jobs: Sequence[ElasticJob], total_gpus: int) -> Allocation:
 
 def _exact(options: _Options, total_gpus: int) -> np.ndarray:
     """The GPU count of each job in an optimal allocation (the DP over jobs × GPUs used)."""
-    table, _ = options.dense(total_gpus)
-    width = total_gpus + 1
+    # no column above the jobs' largest usable counts summed is ever reached (best[c] stays
+    # -inf there): the tables stop at it, the same DP on the columns that matter (on a
+    # lightly loaded cluster of 10^4 GPUs, a few hundred)
+    ends = options.start[1:]
+    largest = options.gpus[ends[ends > options.start[:-1]] - 1]  # each job's options ascend
+    width = min(total_gpus, int(largest.sum())) + 1
+    table, _ = options.dense(width - 1)
     n = len(table)
     # best[c] = best total value of the jobs so far using exactly c GPUs.
     best = np.full(width, -np.inf)
