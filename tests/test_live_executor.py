@@ -15,6 +15,7 @@ from perfcast.scheduler.core.jobs import JobTable
 from perfcast.scheduler.live.checkpoint import latest_checkpoint, load_checkpoint
 from perfcast.scheduler.live.executor import RayExecutor
 from perfcast.scheduler.live.hook import TrainingHook
+from perfcast.scheduler.live.nodes import WorkersStarting
 from perfcast.scheduler.live.reports import Failed, Finished
 from perfcast.scheduler.live.runner import core_job
 from perfcast.scheduler.live.spec import JobSpec
@@ -193,13 +194,26 @@ SHARDED = JobSpec(
 )  # fmt: skip
 
 
+def run_when_up(executor: RayExecutor, job_id: str, *args, timeout_s: float = BUSY_S) -> None:
+    """`executor.run`, asked again while its workers are still starting (`WorkersStarting`:
+    on a loaded host a process can take minutes), as the runner's next round asks: the next
+    launch takes the workers put off, so no more processes start beside them."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return executor.run(job_id, *args)
+        except WorkersStarting:
+            if time.monotonic() > deadline:
+                raise
+
+
 def test_resize_two_one_two_keeping_the_batch_is_bit_identical_to_a_plain_run(executor, tmp_path):
     # the plain two-worker run and, on the other GPUs at the same time, the resized one; four
     # workers and two relaunches on a shared 2-core machine: deadlines for progress, not speed
     submit(executor, "plain2", SHARDED)
     submit(executor, "rs", SHARDED)
-    executor.run("plain2", ((0, 2), (0, 3)), 64, "exclusive")
-    executor.run("rs", ((0, 0), (0, 1)), 64, "exclusive")
+    run_when_up(executor, "plain2", ((0, 2), (0, 3)), 64, "exclusive")
+    run_when_up(executor, "rs", ((0, 0), (0, 1)), 64, "exclusive")
     executor.wait_until("rs", 10, timeout_s=BUSY_S)
     executor.relaunch("rs", ((0, 0),), 64, "resize")  # 2 -> 1 worker, global batch kept
     one_from = int(launches(executor, "rs")[-1].split("from iteration ")[1])
@@ -473,7 +487,6 @@ def test_a_launch_whose_workers_are_slow_or_fail_leaves_none_behind(tmp_path, mo
     launch fails, so none runs the job beside the next attempt. Either way no GPU stays
     reserved and the job is not running."""
     import perfcast.scheduler.live.executor as executor_module
-    from perfcast.scheduler.live.nodes import WorkersStarting
 
     store = JobStore(tmp_path / "state.db")
     ex = RayExecutor(store, tmp_path / "ckpt", spares_per_node=0)
@@ -489,7 +502,7 @@ def test_a_launch_whose_workers_are_slow_or_fail_leaves_none_behind(tmp_path, mo
         assert "slow" not in ex.placements()
         monkeypatch.undo()
 
-        ex.run("slow", ((0, 0), (0, 1)), 32, "exclusive")
+        run_when_up(ex, "slow", ((0, 0), (0, 1)), 32, "exclusive")
         assert set(store.job("slow").workers) == kept  # took the two put off, started none
         wait_finished(ex, "slow")
 
