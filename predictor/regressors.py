@@ -176,7 +176,9 @@ class QuantileGBM(BaseEstimator):
 # second such batch on, or from the first of READ_SPLITS_ROWS rows: the splits are read once).
 SAME_LEAVES_ROWS = 1_000
 READ_SPLITS_ROWS = 50_000
-_ZERO = 1e-35  # LightGBM's kZeroThreshold: a value this close to 0 may be read as missing
+# LightGBM's kZeroThreshold: a value this close to 0 may be read as missing. LightGBM writes it
+# `const double kZeroThreshold = 1e-35f`, a float literal: 1.0000000180025095e-35 as a double
+_ZERO = float(np.float32(1e-35))
 
 
 def _tree_splits(node: dict, splits: dict[int, set | None]) -> None:
