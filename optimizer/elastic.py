@@ -6,12 +6,14 @@ size so that the total weighted throughput is as large as possible without using
 cluster's GPUs, honouring each job's minimum and maximum GPU count.
 
 For each job the best batch size per GPU count is picked first (it never affects other jobs).
-Then, while the problem is small enough (`dp_cells` up to `EXACT_CELLS`), an exact knapsack
-over GPUs combines them: a dynamic program over jobs × GPUs used, each job's step one
-vectorized max-plus update over the GPU counts it can use. Larger problems (10,000 jobs on
-10,000 GPUs) go to `allocate_hull`: marginal gains along each job's upper concave hull, taken
-best first. Its answer comes with a proof of quality: the same gains taken fractionally bound
-the optimum from above (`Solution.upper_bound`). `predicted_throughputs` fills the jobs'
+When every job's best option fits beside the others' (a lightly loaded cluster), that is the
+optimum, found in one pass (`_own_bests`). Else, while the problem is small enough
+(`dp_cells` up to `EXACT_CELLS`), an exact knapsack over GPUs combines them: a dynamic program
+over jobs × GPUs used, each job's step one vectorized max-plus update over the GPU counts it
+can use. Larger problems (10,000 jobs on 10,000 GPUs) go to `allocate_hull`: marginal gains
+along each job's upper concave hull, taken best first. Its answer comes with a proof of
+quality: the same gains taken fractionally bound the optimum from above
+(`Solution.upper_bound`). `predicted_throughputs` fills the jobs'
 tables from the scaling model. `allocate_greedy` (marginal gain per GPU) is the baseline and
 `allocate_exhaustive` the brute-force checker for tiny cases.
 """
@@ -304,16 +306,19 @@ class Solution:
 
 def solve(jobs: Sequence[ElasticJob], total_gpus: int, exact_cells: int = EXACT_CELLS) -> Solution:
     """Each job's (num_gpus, batch_size) maximizing total weighted throughput on `total_gpus`:
-    the exact DP up to `exact_cells` cells (`dp_cells`), else `allocate_hull`'s answer.
+    each job's own best where they all fit (`_own_bests`, at any size), else the exact DP up to
+    `exact_cells` cells (`dp_cells`), else `allocate_hull`'s answer.
 
     A job with `min_gpus == 0` may get `(0, 0)`: not running. Raises
     `InfeasibleAllocationError` when the minimums cannot all be met.
     """
     options = _options(jobs, total_gpus)
     _check_minimums(jobs, options, total_gpus)
-    if dp_cells(np.diff(options.start).tolist(), total_gpus) > exact_cells:
-        return _hull(jobs, options, total_gpus)
-    chosen = _chosen_at(options, _exact(options, total_gpus))
+    chosen = _own_bests(options, total_gpus)
+    if chosen is None:
+        if dp_cells(np.diff(options.start).tolist(), total_gpus) > exact_cells:
+            return _hull(jobs, options, total_gpus)
+        chosen = _chosen_at(options, _exact(options, total_gpus))
     value = float(options.value[chosen].sum())
     return Solution(_result(jobs, options, chosen), value, value, exact=True)
 
@@ -321,6 +326,42 @@ def solve(jobs: Sequence[ElasticJob], total_gpus: int, exact_cells: int = EXACT_
 def allocate(jobs: Sequence[ElasticJob], total_gpus: int) -> Allocation:
     """`solve`'s allocation."""
     return solve(jobs, total_gpus).allocation
+
+
+# How far each job's best option must beat its others, relative to the sum of the jobs' bests,
+# for `_own_bests` to answer: far above what rounding in the DP's sums can bridge (n * 2^-52
+# of that sum for n jobs: 2e-10 at a million jobs).
+OWN_BEST_GAP = 1e-8
+
+
+def _own_bests(options: _Options, total_gpus: int) -> np.ndarray | None:
+    """Each job's best option (an index into `options`) when these fit on `total_gpus`
+    together, else None. The objective is a sum over jobs, so then no allocation is better:
+    this is the optimum the DP finds (a lightly loaded cluster, every round of a simulation),
+    at the cost of a pass over the options instead of jobs x GPUs. Only where each job's best
+    is unique and beats its next option by more than rounding in the DP's sums could bridge
+    (`OWN_BEST_GAP`) does it answer, so the answer is the DP's, ties and all; else None."""
+    n = len(options.start) - 1
+    if n == 0 or len(options.value) == 0:
+        return None
+    starts = options.start[:-1]
+    best = np.maximum.reduceat(options.value, starts)
+    is_best = options.value == best[options.owner]
+    # the first (fewest GPUs) best of each job; a job whose best is NaN has none
+    at_best = np.flatnonzero(is_best)
+    jobs_with, first = np.unique(options.owner[at_best], return_index=True)
+    if len(jobs_with) != n:
+        return None
+    chosen = at_best[first]
+    if int(options.gpus[chosen].sum()) > total_gpus:
+        return None
+    others = options.value.copy()
+    others[chosen] = -np.inf
+    second = np.maximum.reduceat(others, starts)  # -inf for a job of one option
+    margin = OWN_BEST_GAP * (float(np.abs(best).sum()) + np.finfo(float).tiny)
+    if not (best - second > margin).all():  # an exact or near tie, or NaN: the DP decides
+        return None
+    return chosen
 
 
 def _exact(options: _Options, total_gpus: int) -> np.ndarray:

@@ -457,8 +457,9 @@ class AllocateResponse(_Model):
     weighted_throughput: float = Field(description="sum of the jobs' samples/s × their weight")
     predicted_jobs: int = Field(description="jobs whose throughput came from the scaling model")
     exact: bool = Field(
-        description="true: the exact dynamic program solved it; false: the hull allocation "
-        "(the problem had more than max_allocation_cells cells)"
+        description="true: solved exactly (every job's own best fitting beside the others', "
+        "or the dynamic program); false: the hull allocation (the problem had more than "
+        "max_allocation_cells cells)"
     )
     optimality_gap: float = Field(
         description="at most this fraction of the optimal weighted throughput is lost: 0 when "

@@ -14,6 +14,12 @@ from perfcast.errors import PerfcastError
 from perfcast.optimizer.elastic import (
     ElasticJob,
     InfeasibleAllocationError,
+    _check_minimums,
+    _chosen_at,
+    _exact,
+    _options,
+    _own_bests,
+    _result,
     allocate,
     allocate_exhaustive,
     allocate_greedy,
@@ -72,6 +78,42 @@ def test_dp_matches_brute_force_and_beats_greedy(case: tuple[list[ElasticJob], i
     best = total_throughput(jobs, exact)
     assert math.isclose(total_throughput(jobs, dp), best, rel_tol=1e-9, abs_tol=1e-9)
     assert total_throughput(jobs, dp) >= total_throughput(jobs, greedy) - 1e-9
+
+
+@settings(max_examples=400, deadline=None)
+@given(tiny_cases(), st.integers(0, 30))
+def test_each_jobs_own_best_when_they_all_fit_is_the_dps_own_answer(case, room: int) -> None:
+    """`solve` skips the DP when every job's best option fits beside the others' (a lightly
+    loaded cluster): its allocation is then the DP's, ties included, on every tiny case (with
+    `room` GPUs more, so that the bests often fit)."""
+    jobs, total = case
+    total += room
+    options = _options(jobs, total)
+    try:
+        _check_minimums(jobs, options, total)
+    except InfeasibleAllocationError:
+        return
+    dp = _result(jobs, options, _chosen_at(options, _exact(options, total)))
+    assert solve(jobs, total).allocation == dp
+    assert solve(jobs, total, exact_cells=0).allocation == dp or _own_bests(options, total) is None
+
+
+def test_own_bests_answer_only_clear_winners_that_fit() -> None:
+    """The shortcut takes each job's best when they fit and its best is clear; a job whose
+    best ties (or nearly ties, within rounding of the DP's sums) with another option, or bests
+    that do not fit together, go to the DP."""
+    clear = [ElasticJob("a", {(1, 32): 1.0, (2, 64): 1.5}), ElasticJob("b", {(1, 32): 2.0})]
+    options = _options(clear, 3)
+    chosen = _own_bests(options, 3)
+    assert chosen is not None and _result(clear, options, chosen) == {
+        "a": (2, 64),
+        "b": (1, 32),
+    }
+    assert _own_bests(_options(clear, 2), 2) is None  # 2 + 1 GPUs do not fit on 2
+    for second in (1.5, 1.5 - 1e-15):  # a tie, and a near tie
+        tied = [ElasticJob("a", {(1, 32): second, (2, 64): 1.5})]
+        assert _own_bests(_options(tied, 4), 4) is None
+        assert solve(tied, 4).allocation == allocate_exhaustive(tied, 4)
 
 
 def test_minimums_that_do_not_fit_name_the_jobs() -> None:
