@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 import psutil
 
-from benchmarks.summary import with_summary
+from benchmarks.summary import sections, table_rows, with_summary
 from perfcast.atomic import atomic_write_text
 
 BENCHMARKS_MD = Path(__file__).resolve().parent.parent / "docs" / "BENCHMARKS.md"
@@ -46,6 +46,17 @@ def write_section(name: str, title: str, command: str, body: str) -> Path:
     )
     text = pattern.sub(lambda _: section, text) if pattern.search(text) else f"{text}\n{section}\n"
     return atomic_write_text(BENCHMARKS_MD, with_summary(text))
+
+
+def section_rows(name: str) -> tuple[list[dict[str, str]], str | None]:
+    """The table rows of section `name` as it stands in docs/BENCHMARKS.md (header -> cell),
+    and the date its `Measured` stamp gives; ([], None) without the section."""
+    text = BENCHMARKS_MD.read_text() if BENCHMARKS_MD.exists() else ""
+    section = sections(text).get(name)
+    if section is None:
+        return [], None
+    stamp = re.search(r"Measured (\d{4}-\d\d-\d\d \d\d:\d\d UTC)", section)
+    return table_rows(section), stamp.group(1) if stamp else None
 
 
 def markdown(table: pd.DataFrame, digits: int = 2) -> str:

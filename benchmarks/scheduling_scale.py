@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from benchmarks.report import markdown, write_section
+from benchmarks.report import markdown, section_rows, write_section
 from perfcast.atomic import atomic_open
 from perfcast.datasets import registry
 from perfcast.paths import state_dir
@@ -132,6 +132,7 @@ def scale_rows(trace: Path, cpu_limit_s: int, policies: tuple[str, ...]) -> list
             finished = run.summary is not None
             rows.append(
                 {
+                    "measured": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                     "policy": policy,
                     "load": f"{load:g}",
                     "jobs done": summary.get("jobs", "stopped"),
@@ -154,10 +155,22 @@ def scale_rows(trace: Path, cpu_limit_s: int, policies: tuple[str, ...]) -> list
 DEFAULT_CPU_LIMIT_S = int(5 * TARGET_CPU_S)
 
 
+def kept_rows(policies: tuple[str, ...]) -> list[dict[str, str]]:
+    """The rows of the policies not re-run now, as the section holds them (with when they were
+    measured), so `--scale-policies` re-measures some policies and keeps the others'."""
+    rows, stamp = section_rows("scheduling-scale")
+    kept = [r for r in rows if r.get("policy") not in policies]
+    return [{"measured": r.get("measured", stamp or "")} | r for r in kept]
+
+
 def scale_section(cpu_limit_s: int, policies: tuple[str, ...] = SCALE_POLICIES) -> Path:
-    """Section `scheduling-scale` of docs/BENCHMARKS.md from one run of each policy and load."""
+    """Section `scheduling-scale` of docs/BENCHMARKS.md from one run of each policy and load
+    in `policies`; the other policies' rows are kept as they were measured."""
     trace = scale_trace(state_dir() / "bench-scheduling")
-    table = markdown(pd.DataFrame(scale_rows(trace, cpu_limit_s, policies)), 1)
+    rows = kept_rows(policies) + scale_rows(trace, cpu_limit_s, policies)
+    order = {p: i for i, p in enumerate(SCALE_POLICIES)}
+    rows.sort(key=lambda r: (order.get(str(r["policy"]), len(order)), float(r["load"])))
+    table = markdown(pd.DataFrame(rows), 1)
     command = " ".join(scale_command(Path(trace.name), "POLICY", 4.0)).replace(" 4 ", " LOAD ")
     body = f"""
 ### A million jobs on {SCALE_CLUSTER} = 10,000 GPUs (SYNTHETIC trace)
@@ -169,7 +182,8 @@ copy submitted one trace span (109 days) plus an hour after the one before, cut 
 predictions for the policies that need them): CPU seconds (user + system) and peak resident
 memory of the whole process (reading the trace, mapping its jobs, simulating, summarizing), its
 wall time on a machine shared with other work, and events (arrivals, completions and wake-ups)
-per CPU second. Target: every run under {TARGET_CPU_S:.0f} s of CPU and
+per CPU second; `measured`: when the row's run ended (`--scale-policies` re-runs some
+policies and keeps the others' rows). Target: every run under {TARGET_CPU_S:.0f} s of CPU and
 {TARGET_RSS_MIB / 1024:.0f} GiB. A run is stopped by the kernel at {cpu_limit_s} s of CPU.
 
 {table}

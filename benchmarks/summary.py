@@ -197,6 +197,8 @@ def render(text: str) -> str:
             with contextlib.suppress(TypeError, ValueError, ZeroDivisionError):
                 napkin += f" ({float(ours) / float(base):.2f}×)"
         date, command = _measured(section)
+        measured = _cell(rows, h.row, "measured") if h.row else None  # a row's own date
+        date = measured.split(" ")[0] if measured else date
         lines.append(f"| [{h.what}][{i}] | {ours} | {napkin} | {h.target} | {date} | `{command}` |")
         links.append(f"[{i}]: {anchor(section)}")
     return "\n".join([*lines, "", *links])
