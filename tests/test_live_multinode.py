@@ -73,7 +73,10 @@ def cluster(tmp_path_factory):
 def executor(cluster, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("live")
     store = JobStore(tmp / "state.db")
-    ex = RayExecutor(store, tmp / "ckpt")
+    # the workers jobs give back stay idle on their node (two each) for the later launches: a
+    # new worker costs a process start (~7 s of CPU, torch's imports). No spares: every
+    # launch on a node without an idle worker still starts one there
+    ex = RayExecutor(store, tmp / "ckpt", idle_per_node=2)
     yield ex
     ex.shutdown()
     store.close()
