@@ -12,7 +12,6 @@ from pathlib import Path
 
 import yaml
 
-from perfcast.datasets.io import read_table
 from perfcast.files import read_text
 from perfcast.scheduler.live.spec import JobSpec, JobSpecError, parse_job
 
@@ -26,6 +25,10 @@ def load_trace(path: str | Path, *, time_scale: float, step_s: float) -> list[tu
         return _from_yaml(path)
     if time_scale <= 0 or step_s <= 0:
         raise JobSpecError(f"{path}: time_scale and step_s must be positive")
+    # here, not at the top: the contract's checks (pandera, pandas) cost a scheduler process
+    # about a second of CPU to import, and a jobs YAML needs none of them
+    from perfcast.datasets.io import read_table
+
     table = read_table(path, kind="trace").sort_values("submit_time_s", kind="stable")
     first = float(table["submit_time_s"].min())
     jobs = []
