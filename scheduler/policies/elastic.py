@@ -59,7 +59,10 @@ class ElasticPolicy(SchedulingPolicy):
         waiting = [by_id[s.job_id] for s in states if not s.num_gpus]
         kept = {s.job_id: (s.num_gpus, s.batch_size) for s in running}
         incremental = kept | (allocate(waiting, total - used) if waiting else {})
-        if value(elastic, full) >= (1 + self.min_gain) * value(elastic, incremental):
+        # (on a lightly loaded cluster the two plans are one: every job at its own best)
+        if full == incremental or value(elastic, full) >= (1 + self.min_gain) * value(
+            elastic, incremental
+        ):
             plan = full
         else:
             plan = incremental
