@@ -626,7 +626,7 @@ def main() -> None:
         load["errors"] = sum(r["errors"] for r in rounds)
         load["requests"] = sum(r["requests"] for r in rounds)
         per_round = {
-            key: ", ".join(f"{r[key]:.0f}" for r in rounds) for key in ("p50_ms", "p99_ms")
+            key: ", ".join(f"{r[key]:.1f}" for r in rounds) for key in ("p50_ms", "p99_ms")
         }
         batch_ms, _ = timed_post(url, "/v1/predict/scaling", {"rows": [ROW] * 10_000}, repeats=3)
         recommend_ms, answer = timed_post(url, "/v1/recommend", RECOMMEND, repeats=3)
