@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -16,6 +19,7 @@ from perfcast.scheduler.policies import (
     PolicyOptionError,
     UnknownPolicyError,
     make_policy,
+    module_of,
     parse_policy_options,
     policy_names,
 )
@@ -48,6 +52,24 @@ def test_registry_lists_every_policy_and_rejects_unknown_names():
     )
     with pytest.raises(UnknownPolicyError, match="unknown policy 'lifo'"):
         make_policy("lifo")
+
+
+def test_each_policy_lives_in_the_module_named_after_it_and_is_built_from_it_alone():
+    """`make_policy` imports only the module named after the policy (its dependencies, not
+    every policy's), so each policy's class must be registered there; a fresh interpreter
+    building fifo loads no other policy's module."""
+    for name in policy_names():
+        assert type(make_policy(name)).__module__ == module_of(name), name
+    code = (
+        "import sys\n"
+        "from perfcast.scheduler.policies import make_policy\n"
+        "make_policy('fifo')\n"
+        "print(sorted(m for m in sys.modules if m.startswith('perfcast.scheduler.policies.')))"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert loaded.strip() == "['perfcast.scheduler.policies.fifo']", loaded
 
 
 def test_srtf_runs_the_shortest_predicted_job_first():
