@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 import psutil
 
-from benchmarks.summary import sections, table_rows, with_summary
+from benchmarks.summary import measured_stamp, sections, table_rows, with_summary
 from perfcast.atomic import atomic_write_text
 
 BENCHMARKS_MD = Path(__file__).resolve().parent.parent / "docs" / "BENCHMARKS.md"
@@ -55,8 +55,7 @@ def section_rows(name: str) -> tuple[list[dict[str, str]], str | None]:
     section = sections(text).get(name)
     if section is None:
         return [], None
-    stamp = re.search(r"Measured (\d{4}-\d\d-\d\d \d\d:\d\d UTC)", section)
-    return table_rows(section), stamp.group(1) if stamp else None
+    return table_rows(section), measured_stamp(section)
 
 
 def markdown(table: pd.DataFrame, digits: int = 2) -> str:

@@ -148,10 +148,16 @@ def _cell(rows: list[dict[str, str]], match: dict[str, str], column: str) -> str
     return None
 
 
+def measured_stamp(section: str) -> str | None:
+    """The section's `Measured` time ("2026-11-29 21:25 UTC"), None without one."""
+    found = re.search(r"Measured (\d{4}-\d{2}-\d{2} \d{2}:\d{2} UTC)", section)
+    return found.group(1) if found else None
+
+
 def _measured(section: str) -> tuple[str, str]:
-    date = re.search(r"Measured (\d{4}-\d{2}-\d{2})", section)
+    stamp = measured_stamp(section)
     command = re.search(r"Command: `([^`]+)`", section)
-    return (date.group(1) if date else "?"), (command.group(1) if command else "?")
+    return (stamp.split(" ")[0] if stamp else "?"), (command.group(1) if command else "?")
 
 
 def missing(text: str) -> list[str]:

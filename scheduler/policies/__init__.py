@@ -76,9 +76,10 @@ class PolicyOptionError(PerfcastError):
 def make_policy(name: str, **options: Any) -> SchedulingPolicy:
     """A new policy `name` built with `options`."""
     _load(name)
-    names = sorted(_POLICIES) if name in _POLICIES else policy_names()
     if name not in _POLICIES:
-        raise UnknownPolicyError(f"unknown policy {name!r}; choose one of {', '.join(names)}")
+        names = policy_names()  # every module: one registered under another name is found too
+        if name not in _POLICIES:
+            raise UnknownPolicyError(f"unknown policy {name!r}; choose one of {', '.join(names)}")
     cls = _POLICIES[name]
     known = set(inspect.signature(cls).parameters)
     unknown = sorted(set(options) - known)
