@@ -17,7 +17,7 @@ from torch_geometric.data import Batch, Data
 from torch_geometric.nn import SAGEConv, global_add_pool, global_mean_pool
 
 from perfcast.features.graphs import NODE_FEATURES, GraphArrays
-from perfcast.predictor.regressors import QUANTILES, pinball_loss
+from perfcast.predictor.regressors import QUANTILES, one_torch_thread, pinball_loss
 
 
 class _GNN(nn.Module):
@@ -115,15 +115,19 @@ class GraphQuantileNet(BaseEstimator):
         ]
         splits = np.array_split(np.arange(len(graphs)), len(batches))
         self.net_.train()
-        for _ in range(self.epochs):
-            for b in rng.permutation(len(batches)):
-                inputs, globals_ = batches[b]
-                optimizer.zero_grad()
-                loss = pinball_loss(self.net_(inputs, globals_), target[splits[b]], quantiles)
-                loss.backward()
-                nn.utils.clip_grad_norm_(self.net_.parameters(), 5.0)
-                optimizer.step()
-            scheduler.step()
+        # one thread: a batch of 16 graphs of ~125 nodes is too small to split, and two threads
+        # on a busy two-core machine spin (the default runtime model's first training: 213 s of
+        # CPU on two threads beside other work, 48 s on one)
+        with one_torch_thread():
+            for _ in range(self.epochs):
+                for b in rng.permutation(len(batches)):
+                    inputs, globals_ = batches[b]
+                    optimizer.zero_grad()
+                    loss = pinball_loss(self.net_(inputs, globals_), target[splits[b]], quantiles)
+                    loss.backward()
+                    nn.utils.clip_grad_norm_(self.net_.parameters(), 5.0)
+                    optimizer.step()
+                scheduler.step()
         self.net_.eval()
         return self
 
