@@ -20,11 +20,13 @@ naming the job and its placement), never left to spin the clock.
 
 from __future__ import annotations
 
+import gc
 import heapq
 import math
 from array import array
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from perfcast.errors import PerfcastError
@@ -318,6 +320,22 @@ class SimResult:
 ProgressCallback = Callable[[int, int], None]
 
 
+@contextmanager
+def no_cycle_collection() -> Iterator[None]:
+    """Python's cycle collector off for the block (back on after, if it was on). A run builds
+    millions of objects that live to its end (jobs, their states, the timeline) and makes no
+    reference cycles, so each full collection walks them all for nothing: ~12 s of a
+    million-job run's ~125 s of CPU (building the jobs and simulating them)."""
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_on:
+            gc.enable()
+
+
+@no_cycle_collection()
 def simulate(
     workload: Workload,
     spec: ClusterSpec,

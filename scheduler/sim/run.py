@@ -22,7 +22,12 @@ from perfcast.scheduler.facts.oracle import OracleBackend
 from perfcast.scheduler.policies import make_policy
 from perfcast.scheduler.sim import hpsearch
 from perfcast.scheduler.sim.costs import DEFAULT_MIN_RUN_S, Costs
-from perfcast.scheduler.sim.engine import ProgressCallback, SimResult, simulate
+from perfcast.scheduler.sim.engine import (
+    ProgressCallback,
+    SimResult,
+    no_cycle_collection,
+    simulate,
+)
 from perfcast.scheduler.sim.metrics import job_table, plot_jct_cdf, summarize
 from perfcast.scheduler.sim.report import TIMELINE_COLUMNS, write_report
 from perfcast.scheduler.sim.workload import (
@@ -41,6 +46,7 @@ class SimRun:
     jobs: pd.DataFrame
 
 
+@no_cycle_collection()  # a million-job trace builds a million jobs: see its docstring
 def prepare_workload(
     trace: str,
     spec: ClusterSpec,
