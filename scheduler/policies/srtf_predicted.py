@@ -113,20 +113,32 @@ class SrtfPredictedPolicy(TiresiasPolicy):
         self.min_finished = int(min_finished)
         # jobs done since the last round, as the job table tells them (`_learn_from_finished`)
         self._done: list[JobState] = []
+        # finished jobs, round by round, whose outcomes are not yet in `_outcomes`
+        self._unrecorded: list[JobState] = []
         self._table: JobTable | None = None  # the table followed
         # per finished job: log run time, log p50, log(p90 / p10), as typed arrays (read
         # whole at each calibration: a list of tuples cost O(finished jobs) Python objects)
         self._outcomes = (array("d"), array("d"), array("d"))
         self._calibration: tuple[int, Calibration] | None = None  # (outcomes seen, result)
 
-    def _learn_from_finished(self, ctx: RoundContext, predictor: JobPredictor) -> None:
-        """Record the jobs that finished since the last round, in the order of their ids. The
-        table tells of each as it is done (`JobTable.watch`): a round does not compare the
-        active jobs with the last round's (a copy of every active job each round)."""
+    def _learn_from_finished(self, ctx: RoundContext) -> None:
+        """Queue the jobs that finished since the last round, in the order of their ids, for
+        `_record_outcomes`. The table tells of each as it is done (`JobTable.watch`): a round
+        does not compare the active jobs with the last round's (a copy of every active job
+        each round)."""
         if self._table is not ctx.jobs:
             ctx.jobs.watch(self._on_status)
             self._table = ctx.jobs
-        gone, self._done = sorted(self._done, key=_job_id), []
+        if self._done:
+            self._unrecorded += sorted(self._done, key=_job_id)
+            self._done = []
+
+    def _record_outcomes(self, predictor: JobPredictor) -> None:
+        """Add the queued finished jobs' outcomes, in the order they were queued. Only a
+        ranking reads outcomes (`calibration`), so they are worked out when one is due, in one
+        batch: a round where every waiting job fits pays nothing for the jobs that finished
+        (a finished job's counters no longer change)."""
+        gone, self._unrecorded = self._unrecorded, []
         if gone:
             p10, p50, p90 = predictor.duration_intervals([s.job for s in gone]).T
             # productive wall time: what the job's duration would be run alone
@@ -168,10 +180,11 @@ class SrtfPredictedPolicy(TiresiasPolicy):
         if predictor is None:
             raise PerfcastError("srtf-predicted needs a prediction backend (--predictor)")
         predictor.predict_durations([s.job for s in ctx.jobs.waiting()])  # arrivals, one call
-        self._learn_from_finished(ctx, predictor)
+        self._learn_from_finished(ctx)
         now = ctx.now
 
         def order(states: Sequence[JobState]) -> list[JobState]:
+            self._record_outcomes(predictor)
             intervals = predictor.duration_intervals([s.job for s in states])
             ran = np.array([s.run_time_at(now) for s in states])
             submit = np.array([s.job.submit_time_s for s in states])
