@@ -17,8 +17,15 @@ class FifoPolicy(SchedulingPolicy):
         """Walk the waiting jobs in submission order (FIFO never preempts, so that is the
         order they started waiting), starting each one that fits in the GPUs still free. Only
         the sizes that still fit are looked at: the earliest waiting job of each such size is
-        the next to start, so a round costs the jobs it starts, not the queue."""
+        the next to start, so a round costs the jobs it starts, not the queue. When every
+        waiting job fits (a lightly loaded cluster's usual round) that walk starts them all,
+        in the order they wait: they are listed without it."""
         free = ctx.cluster.free_gpus
+        if ctx.jobs.waiting_gpus <= free:
+            return Schedule(
+                (Allocation(s.job_id, s.job.num_gpus, s.batch_size) for s in ctx.jobs.waiting()),
+                keep_running=True,
+            )
         start = Schedule(keep_running=True)
         buckets = ctx.jobs.waiting_by_size()
         queues = {need: iter(jobs.items()) for need, jobs in buckets.items() if need <= free}
