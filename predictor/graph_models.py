@@ -116,8 +116,7 @@ class GraphQuantileNet(BaseEstimator):
         splits = np.array_split(np.arange(len(graphs)), len(batches))
         self.net_.train()
         # one thread: a batch of 16 graphs of ~125 nodes is too small to split, and two threads
-        # on a busy two-core machine spin (the default runtime model's first training: 213 s of
-        # CPU on two threads beside other work, 48 s on one)
+        # on a busy two-core machine spin (several times the CPU of one)
         with one_torch_thread():
             for _ in range(self.epochs):
                 for b in rng.permutation(len(batches)):

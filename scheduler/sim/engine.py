@@ -324,8 +324,8 @@ ProgressCallback = Callable[[int, int], None]
 def no_cycle_collection() -> Iterator[None]:
     """Python's cycle collector off for the block (back on after, if it was on). A run builds
     millions of objects that live to its end (jobs, their states, the timeline) and makes no
-    reference cycles, so each full collection walks them all for nothing: ~12 s of a
-    million-job run's ~125 s of CPU (building the jobs and simulating them)."""
+    reference cycles, so each full collection walks them all for nothing (a tenth of a
+    million-job run's CPU)."""
     was_on = gc.isenabled()
     gc.disable()
     try:
