@@ -64,6 +64,18 @@ class RoundContext:
         self.decisions.append(decision)
 
 
+def start_all_waiting(ctx: RoundContext) -> Schedule | None:
+    """When every waiting job fits in the free GPUs, any priority order gives the same answer
+    (everyone runs): a schedule that starts the waiting jobs (in the order they started
+    waiting) and keeps the running ones. None when they do not all fit."""
+    if ctx.jobs.waiting_gpus > ctx.cluster.free_gpus:
+        return None
+    return Schedule(
+        (Allocation(s.job_id, s.job.num_gpus, s.batch_size) for s in ctx.jobs.waiting()),
+        keep_running=True,
+    )
+
+
 def apply_decision(decision: Decision, cluster: ClusterState, jobs: JobTable, now: float) -> None:
     """The only place where decisions change cluster and job state."""
     state = jobs[decision.job_id]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 
 from perfcast.scheduler.core.jobs import JobState
-from perfcast.scheduler.core.loop import Allocation, RoundContext, Schedule
+from perfcast.scheduler.core.loop import Allocation, RoundContext, Schedule, start_all_waiting
 
 
 def greedy_fill(ordered: Iterable[JobState], capacity: int) -> list[Allocation]:
@@ -20,18 +20,6 @@ def greedy_fill(ordered: Iterable[JobState], capacity: int) -> list[Allocation]:
             if capacity == 0:
                 break
     return out
-
-
-def start_all_waiting(ctx: RoundContext) -> Schedule | None:
-    """When every waiting job fits in the free GPUs, any priority order gives the same answer
-    (everyone runs): a schedule that starts the waiting jobs (in the order they started
-    waiting) and keeps the running ones. None when they do not all fit."""
-    if ctx.jobs.waiting_gpus > ctx.cluster.free_gpus:
-        return None
-    return Schedule(
-        (Allocation(s.job_id, s.job.num_gpus, s.batch_size) for s in ctx.jobs.waiting()),
-        keep_running=True,
-    )
 
 
 def priority_schedule(

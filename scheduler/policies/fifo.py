@@ -4,7 +4,13 @@ preempts."""
 
 from __future__ import annotations
 
-from perfcast.scheduler.core.loop import Allocation, RoundContext, Schedule, SchedulingPolicy
+from perfcast.scheduler.core.loop import (
+    Allocation,
+    RoundContext,
+    Schedule,
+    SchedulingPolicy,
+    start_all_waiting,
+)
 from perfcast.scheduler.policies import register
 
 
@@ -20,12 +26,10 @@ class FifoPolicy(SchedulingPolicy):
         the next to start, so a round costs the jobs it starts, not the queue. When every
         waiting job fits (a lightly loaded cluster's usual round) that walk starts them all,
         in the order they wait: they are listed without it."""
+        everyone = start_all_waiting(ctx)
+        if everyone is not None:
+            return everyone
         free = ctx.cluster.free_gpus
-        if ctx.jobs.waiting_gpus <= free:
-            return Schedule(
-                (Allocation(s.job_id, s.job.num_gpus, s.batch_size) for s in ctx.jobs.waiting()),
-                keep_running=True,
-            )
         start = Schedule(keep_running=True)
         buckets = ctx.jobs.waiting_by_size()
         queues = {need: iter(jobs.items()) for need, jobs in buckets.items() if need <= free}

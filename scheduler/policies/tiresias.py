@@ -19,9 +19,14 @@ import heapq
 from collections.abc import Sequence
 
 from perfcast.scheduler.core.jobs import JobState, JobStatus, JobTable
-from perfcast.scheduler.core.loop import Allocation, RoundContext, Schedule, SchedulingPolicy
+from perfcast.scheduler.core.loop import (
+    Allocation,
+    RoundContext,
+    Schedule,
+    SchedulingPolicy,
+    start_all_waiting,
+)
 from perfcast.scheduler.policies import register
-from perfcast.scheduler.policies.common import start_all_waiting
 
 # Queue limits in GPU-seconds: 1 GPU-hour and 10 GPU-hours.
 DEFAULT_THRESHOLDS = (3600.0, 36000.0)
