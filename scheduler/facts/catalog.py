@@ -78,7 +78,10 @@ class ScalingCatalog:
         for job, gpu in self._main_gpu.items():
             part = df[(df["job"] == job) & (df["gpu_type"] == gpu)]
             self._ref_batch[job] = int(part["local_batch_size"].mode().iloc[0])
-        self._cache: dict[tuple[str, str, int, int], float] = {}
+        self._cache: dict[tuple[str, str, int, int], float] = {}  # step times
+        # samples/s by (job, GPU type, GPUs, global batch): a trace of a million jobs asks for
+        # a few hundred distinct ones, once per job
+        self._rates: dict[tuple[str, str, int, int], float] = {}
 
     def job_types(self) -> list[str]:
         return sorted(self._main_gpu)
@@ -115,8 +118,13 @@ class ScalingCatalog:
 
     def throughput(self, job_type: str, gpu_type: str, num_gpus: int, batch: int) -> float:
         """Samples per second at global batch `batch` on `num_gpus` GPUs."""
-        local = max(1, batch // max(num_gpus, 1))
-        return local * num_gpus / self.step_time(job_type, gpu_type, num_gpus, local)
+        key = (job_type, gpu_type, num_gpus, batch)
+        rate = self._rates.get(key)
+        if rate is None:
+            local = max(1, batch // max(num_gpus, 1))
+            rate = local * num_gpus / self.step_time(job_type, gpu_type, num_gpus, local)
+            self._rates[key] = rate
+        return rate
 
 
 @dataclass(frozen=True, slots=True)

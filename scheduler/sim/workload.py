@@ -166,9 +166,6 @@ def build_workload(
     deadlines = _optional(table, "deadline_s", float)
     jobs, drawn, matched = [], 0, Counter[str]()
     total_gpus = cluster.total_gpus
-    # (type, GPUs, global batch) -> samples/s: a trace has few distinct ones, and the catalog's
-    # lookup costs more than the rest of a row
-    rates: dict[tuple[str, int, int], float] = {}
     # nodes of the main GPU type first, largest first: where a job's run time alone is counted
     node_sizes = [
         size
@@ -202,12 +199,7 @@ def build_workload(
         else:
             local = batches[i] if batches else None
             batch = (local or scaling.reference_local_batch(job_type)) * gpus
-        rate = rates.get((job_type, gpus, batch))
-        if rate is None:
-            rate = rates[job_type, gpus, batch] = scaling.throughput(
-                job_type, gpu_type, gpus, batch
-            )
-        work = duration * rate
+        work = duration * scaling.throughput(job_type, gpu_type, gpus, batch)
         app = None
         if progress == "statistical" and trace_job == job_type:
             app = goodput.application(job_type)
