@@ -52,6 +52,7 @@ def serve(
 
     from perfcast.serving import server
     from perfcast.serving.app import create_app
+    from perfcast.serving.models import ServedModels
     from perfcast.serving.settings import Settings
     from perfcast.training.trainer import ensure_champions
 
@@ -72,8 +73,9 @@ def serve(
 
     logs.configure(log_level)
     with err_console.status("loading models ..."):
-        api = create_app(settings)
-    models = api.state.models
+        models = ServedModels(settings.tasks, freeze_heap=True)
+        models.reload()
+        api = create_app(settings, models)
     missing = models.missing
     if missing and train_missing:
         # the port opens now: the loaded tasks answer, /readyz reports the training

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import gc
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Literal, NamedTuple, overload
@@ -43,15 +44,21 @@ class ServedModels:
     `observe(task, rows)` adds measured rows to a champion: a copy takes them and is swapped in
     under the reload lock, so a request reads the champion before or after, never one being
     refitted. The observations live in memory, with the champion they were added to: a reload
-    (or a restart) serves the registry's champions without them."""
+    (or a restart) serves the registry's champions without them.
+
+    `freeze_heap` (a long-running server): after each reload, what is alive (modules, models)
+    leaves the cycle collector's generations (`gc.freeze`). Otherwise every full collection
+    walks every object of the models while every request in flight waits."""
 
     def __init__(
         self,
         tasks: tuple[str, ...],
         metrics: ServiceMetrics | None = None,
         backend_factory: Callable[[tuple[str, ...]], InProcessBackend] = InProcessBackend,
+        freeze_heap: bool = False,
     ) -> None:
         self.tasks = tasks
+        self.freeze_heap = freeze_heap
         self.metrics = metrics
         self._factory = backend_factory
         self._backend = backend_factory(tasks)
@@ -86,6 +93,10 @@ class ServedModels:
             self._kept = kept
             if self.metrics is not None:
                 self.metrics.served(backend.loaded())
+            if self.freeze_heap:  # the models replaced are garbage now: collect, then freeze
+                gc.unfreeze()
+                gc.collect()
+                gc.freeze()
             return missing
 
     def warning(self, task: str) -> str | None:

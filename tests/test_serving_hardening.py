@@ -6,10 +6,12 @@ champion (muri-scaling) and the real shared data."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import socket
 import threading
 import time
+import weakref
 
 import httpx
 import pandas as pd
@@ -428,3 +430,37 @@ def test_the_client_waits_as_retry_after_says_and_gives_up_after_its_retries() -
     with pytest.raises(ServiceError, match="503"):
         PerfcastClient("http://t", http=http, retries=1).models()
     assert len(calls) == 5
+
+
+def test_a_frozen_heap_still_frees_the_models_a_reload_replaces() -> None:
+    """`perfcast serve` freezes what is alive after each reload, so that no full collection
+    walks the models while requests wait; the models a reload replaces, reference cycles and
+    all, must still be freed."""
+
+    class CyclicBackend:  # a reference cycle: only the cycle collector can free it
+        def __init__(self, tasks: tuple[str, ...]) -> None:
+            self.me = self
+
+        def load_all(self) -> list[str]:
+            return []
+
+        def loaded(self) -> dict[str, object]:
+            return {}
+
+    made: list[weakref.ref] = []
+
+    def factory(tasks: tuple[str, ...]) -> CyclicBackend:
+        backend = CyclicBackend(tasks)
+        made.append(weakref.ref(backend))
+        return backend
+
+    models = ServedModels(("scaling",), backend_factory=factory, freeze_heap=True)  # type: ignore[arg-type]
+    try:
+        models.reload()
+        assert gc.get_freeze_count() > 0
+        served = made[-1]
+        models.reload()
+        assert served() is None, "the replaced backend outlived its reload"
+        assert made[-1]() is not None
+    finally:
+        gc.unfreeze()
