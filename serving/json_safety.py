@@ -12,6 +12,8 @@ import json
 import math
 import re
 
+import numpy as np
+
 # a number with an exponent of three or more digits (1e999 overflows to inf); an escaped
 # surrogate (lone or paired: the careful parse tells which)
 _BIG_EXPONENT = re.compile(rb"[0-9][eE]\+?0*[0-9]{3}")
@@ -25,8 +27,19 @@ def _suspect(body: bytes) -> bool:
         b"NaN" in body
         or b"Infinity" in body
         or (b"\\u" in body and _SURROGATE_ESCAPE.search(body) is not None)
-        or _BIG_EXPONENT.search(body) is not None
+        or _big_exponent(body)
     )
+
+
+def _big_exponent(body: bytes) -> bool:
+    """`_BIG_EXPONENT.search(body)`, for a large body tried only where a digit precedes an
+    `e` (re's byte-by-byte scan of a large body costs as much as parsing it)."""
+    if len(body) < 4096:
+        return _BIG_EXPONENT.search(body) is not None
+    data = np.frombuffer(body, dtype=np.uint8)
+    e = np.flatnonzero((data[1:] | 0x20) == ord("e"))  # e or E, after the first byte
+    after_digit = e[data[e] - ord("0") < 10]  # data[e] is the byte before (uint8 wraps)
+    return any(_BIG_EXPONENT.match(body, int(i)) for i in after_digit)
 
 
 class _NonFinite(float):

@@ -37,9 +37,11 @@ def prediction_records(
     for name, series in answer.items():
         values = series.tolist()
         if series.dtype.kind == "f":
-            values = [v if math.isfinite(v) else None for v in values]
-        elif name == "flags":
-            values = [split_flags(v) for v in values]
+            if not np.isfinite(series).all():
+                values = [v if math.isfinite(v) else None for v in values]
+        elif name == "flags":  # a few distinct flag sets, each split once
+            split = {v: split_flags(v) for v in set(values)}
+            values = [split[v] for v in values]
         else:  # e.g. runtime's sample_id; a missing text value is NaN
             values = [None if isinstance(v, float) and not math.isfinite(v) else v for v in values]
         columns[str(name)] = values
