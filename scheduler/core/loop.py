@@ -76,6 +76,36 @@ def start_all_waiting(ctx: RoundContext) -> Schedule | None:
     )
 
 
+def start_what_fits(ctx: RoundContext) -> Schedule:
+    """A walk of the waiting jobs in the order they started waiting that starts each one
+    fitting in the GPUs still free (a job that does not fit is passed over, and smaller jobs
+    behind it may start); running jobs are kept. Only the sizes that still fit are looked at:
+    the earliest waiting job of each such size is the next to start, so a round costs the jobs
+    it starts, not the queue. When every waiting job fits (a lightly loaded cluster's usual
+    round) they are listed in waiting order without the walk."""
+    everyone = start_all_waiting(ctx)
+    if everyone is not None:
+        return everyone
+    free = ctx.cluster.free_gpus
+    start = Schedule(keep_running=True)
+    buckets = ctx.jobs.waiting_by_size()
+    queues = {need: iter(jobs.items()) for need, jobs in buckets.items() if need <= free}
+    heads = {need: next(queue) for need, queue in queues.items()}
+    while heads:
+        need = min(heads, key=lambda n: heads[n][1])  # the earliest in the waiting order
+        state = ctx.jobs[heads[need][0]]
+        start.append(Allocation(state.job_id, need, state.batch_size))
+        free -= need
+        following = next(queues[need], None)
+        if following is None:
+            del heads[need]
+        else:
+            heads[need] = following
+        for size in [n for n in heads if n > free]:
+            del heads[size]
+    return start
+
+
 def apply_decision(decision: Decision, cluster: ClusterState, jobs: JobTable, now: float) -> None:
     """The only place where decisions change cluster and job state."""
     state = jobs[decision.job_id]
