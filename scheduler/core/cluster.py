@@ -9,7 +9,7 @@ slot keeps a list of its occupants.
 from __future__ import annotations
 
 import re
-from collections.abc import Container
+from collections.abc import Callable, Container
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -95,7 +95,9 @@ class ClusterSpec:
 
 
 class ClusterState:
-    """Which jobs occupy which GPUs. Mutated only through `allocate` and `release`."""
+    """Which jobs occupy which GPUs. Mutated only through `allocate` and `release`; `watch`
+    registers a callback told of each (a policy's own index of who shares GPUs follows the
+    cluster that way)."""
 
     def __init__(self, spec: ClusterSpec) -> None:
         self.spec = spec
@@ -119,6 +121,11 @@ class ClusterState:
             buckets += [set() for _ in range(size + 1 - len(buckets))]
             buckets[size].add(node)
             self._free_of_type[gpu_type] = self._free_of_type.get(gpu_type, 0) + size
+        self._watchers: list[Callable[[str, tuple[GpuSlot, ...]], None]] = []
+
+    def watch(self, callback: Callable[[str, tuple[GpuSlot, ...]], None]) -> None:
+        """Call `callback(job_id, slots)` after each `allocate` or `release`."""
+        self._watchers.append(callback)
 
     def _move(self, node: int, delta: int) -> None:
         buckets = self._by_free[self.node_type[node]]
@@ -180,6 +187,8 @@ class ClusterState:
                 self._shared.add((node, gpu))
             occ.append(job_id)
         self.placements += len(slots)
+        for callback in self._watchers:
+            callback(job_id, slots)
 
     def release(self, job_id: str, slots: tuple[GpuSlot, ...]) -> None:
         for node, gpu in slots:
@@ -191,6 +200,8 @@ class ClusterState:
             elif len(occ) == 1:
                 self._shared.discard((node, gpu))
         self.placements -= len(slots)
+        for callback in self._watchers:
+            callback(job_id, slots)
 
     @property
     def sharing(self) -> bool:

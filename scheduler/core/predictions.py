@@ -96,18 +96,18 @@ class JobPredictor:
         table[start : start + len(values)] = values
         known.update((job.job_id, start + i) for i, job in enumerate(missing))
 
-    def pair_speeds(self, keys: Sequence[PairKey]) -> np.ndarray:
+    def pair_speeds(self, keys: Sequence[PairKey]) -> dict[PairKey, tuple[float, float]]:
         """Predicted (a_speed, b_speed) when two jobs share a GPU: each one's throughput as a
-        fraction of its throughput alone. Shape (len(keys), 2)."""
+        fraction of its throughput alone, by key."""
         missing = list(dict.fromkeys(k for k in keys if k not in self._pair))
         if missing:
             rows = pd.DataFrame(
                 missing, columns=["gpu_type", "a_job", "a_batch_size", "b_job", "b_batch_size"]
             )
             out = self._predict("interference", rows)
-            speeds = out[["a_speed", "b_speed"]].to_numpy(float)
+            speeds = out[["a_speed", "b_speed"]].to_numpy(float).tolist()
             self._pair.update(zip(missing, map(tuple, speeds), strict=True))
-        return np.array([self._pair[k] for k in keys], dtype=float).reshape(len(keys), 2)
+        return {k: self._pair[k] for k in keys}
 
     def _predict(self, task: str, rows: pd.DataFrame) -> pd.DataFrame:
         self.calls += 1

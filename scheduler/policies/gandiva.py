@@ -18,25 +18,33 @@
 
 from __future__ import annotations
 
+import bisect
+import heapq
 from collections import Counter
 from collections.abc import Callable, Sequence
-from typing import Any
+from operator import itemgetter
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from perfcast.features.devices import DEVICES, canonical_device
-from perfcast.scheduler.core.cluster import GpuSlot
+from perfcast.scheduler.core.cluster import ClusterState, GpuSlot
 from perfcast.scheduler.core.decisions import Migrate
-from perfcast.scheduler.core.jobs import JobState, JobStatus
+from perfcast.scheduler.core.jobs import JobState, JobStatus, JobTable, Share
 from perfcast.scheduler.core.loop import (
     Allocation,
     ConsolidatedPlacement,
     RoundContext,
     Schedule,
     SchedulingPolicy,
+    start_what_fits,
 )
 from perfcast.scheduler.facts.memory import JobMemory, memory_model
 from perfcast.scheduler.policies import register
 
+if TYPE_CHECKING:
+    from perfcast.scheduler.core.predictions import PairKey
+
 HostClass = tuple[str, str, int]  # (gpu type, job type, local batch)
+JobClass = tuple[str, int]  # (job type, local batch)
 # (job type, local batch) -> its memory, a total in MB (counted as persistent), or None
 MemoryOf = Callable[[str, int], JobMemory | float | None]
 
@@ -52,18 +60,176 @@ def salus_fits(persistent_mb: Sequence[float], ephemeral_mb: Sequence[float], ca
     return sum(persistent_mb) + max(ephemeral_mb, default=0.0) <= cap
 
 
+# a running job and its place in the running order (when it last started running)
+Ranked = tuple[int, JobState]
+_place_of = itemgetter(0)
+K = TypeVar("K")
+
+
+def pair_key(guest: JobClass, host: HostClass) -> PairKey:
+    """The interference prediction's key for a guest of class `guest` on a host of `host`."""
+    return host[0], guest[0], guest[1], host[1], host[2]
+
+
+def job_class(state: JobState) -> JobClass:
+    """A job's class as a guest: its type and local batch at its requested size."""
+    return state.job.job_type, state.batch_size // state.job.num_gpus
+
+
+class SharingIndex:
+    """The running jobs that started on GPUs of their own (share "exclusive"), split by
+    whether they are still alone there: the alone ones may host a waiting job (`hosts`, by
+    size and class); the others (`crowded`, by size) move to free GPUs when some appear.
+    Each list is in running order, the order of a walk over `JobTable.running()`, so the
+    decisions made from the index are those of that walk. And the waiting jobs counted by
+    size and class (`waiting`): the classes a round asks interference predictions for.
+
+    The job table (`JobTable.watch`) and the cluster (`ClusterState.watch`) tell of the jobs
+    that change; each is filed again at the next `refresh` (when the index is read, once the
+    decisions have updated its state), so a round costs what changed, not the number of
+    running jobs."""
+
+    def __init__(self, jobs: JobTable, cluster: ClusterState) -> None:
+        self.jobs, self.cluster = jobs, cluster
+        # the GPU type a host started this round is taken to have
+        self.main_type: str = Counter(cluster.node_type).most_common(1)[0][0]
+        # size -> class -> hosts; a size or class is listed while it has hosts
+        self.hosts: dict[int, dict[HostClass, list[Ranked]]] = {}
+        self.crowded: dict[int, list[Ranked]] = {}  # size -> jobs
+        self.waiting: dict[int, dict[JobClass, int]] = {}  # size -> class -> waiting jobs
+        self._waits_as: dict[str, JobClass] = {}
+        self._order: dict[str, int] = {}  # running job -> its place in the running order
+        self._starts = 0
+        self._filed: dict[str, tuple[int, int, HostClass | None]] = {}  # place, size, class
+        self._dirty: dict[str, None] = {}
+        for state in [*jobs.running(), *jobs.waiting()]:
+            self._status(state)
+        jobs.watch(self._status)
+        cluster.watch(self._moved)
+
+    def _status(self, state: JobState) -> None:
+        job_id, status = state.job_id, state.status
+        if (cls := self._waits_as.pop(job_id, None)) is not None:
+            counts = self.waiting[state.job.num_gpus]
+            counts[cls] -= 1
+            if not counts[cls]:
+                del counts[cls]
+        if status is JobStatus.RUNNING:
+            self._starts += 1
+            self._order[job_id] = self._starts
+            self._dirty[job_id] = None
+            return
+        self._order.pop(job_id, None)
+        if job_id in self._filed:
+            self._dirty[job_id] = None
+        else:  # nothing to file or unfile: `_dirty` keeps to running and filed jobs
+            self._dirty.pop(job_id, None)
+        if status is not JobStatus.DONE:
+            cls = self._waits_as[job_id] = job_class(state)
+            if (counts := self.waiting.get(state.job.num_gpus)) is None:
+                counts = self.waiting[state.job.num_gpus] = {}
+            counts[cls] = counts.get(cls, 0) + 1
+
+    def _moved(self, job_id: str, slots: tuple[GpuSlot, ...]) -> None:
+        if job_id in self._order:  # a move; a start or stop is told by `_status`
+            self._dirty[job_id] = None
+        for node, gpu in slots:  # the jobs it left or joined there may be alone or not now
+            for other in self.cluster.occupants[node][gpu]:
+                self._dirty[other] = None
+
+    def refresh(self) -> SharingIndex:
+        """File again the jobs that changed since the last refresh."""
+        for job_id in self._dirty:
+            self._unfile(job_id)
+            state = self.jobs[job_id]
+            if state.status is JobStatus.RUNNING and state.share == "exclusive":
+                self._file(state)
+        self._dirty.clear()
+        return self
+
+    def _file(self, state: JobState) -> None:
+        place, size = self._order[state.job_id], state.num_gpus
+        key: HostClass | None = None
+        if self.cluster.alone(state.gpus):
+            key = (self.cluster.node_type[state.gpus[0][0]], state.job.job_type)
+            key += (state.batch_size // size,)
+            ranked = self.hosts.setdefault(size, {}).setdefault(key, [])
+        else:
+            ranked = self.crowded.setdefault(size, [])
+        bisect.insort(ranked, (place, state), key=_place_of)
+        self._filed[state.job_id] = (place, size, key)
+
+    def _unfile(self, job_id: str) -> None:
+        filed = self._filed.pop(job_id, None)
+        if filed is None:
+            return
+        place, size, key = filed
+        if key is None:
+            _remove(self.crowded, size, place)
+        else:
+            _remove(self.hosts[size], key, place)
+            if not self.hosts[size]:
+                del self.hosts[size]
+
+
+def _remove(lists: dict[K, list[Ranked]], key: K, place: int) -> None:
+    """Take the job at `place` out of `lists[key]`, and the list out if it empties."""
+    ranked = lists[key]
+    del ranked[bisect.bisect_left(ranked, place, key=_place_of)]
+    if not ranked:
+        del lists[key]
+
+
+class RoundHosts:
+    """The hosts of one class for one round, taken from the end as a list's `pop` would:
+    the jobs started this round (`started`, last first), then the running ones from the
+    index (latest started first; the index's list is read, never changed)."""
+
+    def __init__(self, running: list[Ranked]) -> None:
+        self.running, self.left = running, len(running)
+        self.started: list[JobState] = []
+
+    def __len__(self) -> int:
+        return self.left + len(self.started)
+
+    def first(self) -> JobState:
+        return self.running[0][1] if self.left else self.started[0]
+
+    def pop(self) -> JobState:
+        if self.started:
+            return self.started.pop()
+        self.left -= 1
+        return self.running[self.left][1]
+
+
 class GandivaPlacement(ConsolidatedPlacement):
     """Consolidated placement that migrates small jobs to keep a job on one node, and moves
-    sharing jobs to GPUs of their own when some are free."""
+    sharing jobs to GPUs of their own when some are free. `sharing(ctx)` is the policy's
+    index of who shares GPUs, brought up to date."""
+
+    def __init__(self, sharing: Callable[[RoundContext], SharingIndex]) -> None:
+        self.sharing = sharing
 
     def place(self, schedule: Sequence[Allocation], ctx: RoundContext) -> None:
         super().place(schedule, ctx)
-        if not ctx.cluster.sharing:
-            return  # every job is alone on its GPUs
-        for state in list(ctx.jobs.running()):
-            if state.share != "exclusive" or ctx.cluster.alone(state.gpus):
+        cluster = ctx.cluster
+        if not cluster.sharing or not cluster.free_gpus:
+            return  # every job is alone on its GPUs, or none is free to move to
+        # each move takes free GPUs (and frees none: the GPUs it shared keep their other job),
+        # so only the sizes that fit now can fit later in the round
+        crowded = self.sharing(ctx).crowded
+        fitting = [crowded[size] for size in crowded if size <= cluster.free_gpus]
+        for _, state in heapq.merge(*fitting, key=_place_of):  # in running order
+            if not cluster.free_gpus:
+                break
+            # it no longer fits, or an earlier move left it alone
+            if (
+                state.num_gpus > cluster.free_gpus
+                or state.share != "exclusive"
+                or cluster.alone(state.gpus)
+            ):
                 continue
-            slots = ctx.cluster.find_free(state.num_gpus)
+            slots = cluster.find_free(state.num_gpus)
             if slots is not None:
                 ctx.commit(Migrate(state.job_id, slots))
 
@@ -111,7 +277,8 @@ class GandivaPolicy(SchedulingPolicy):
     ) -> None:
         self.memory_mb = memory_mb
         self.timeslice, self.pack = timeslice, pack
-        self.placement = GandivaPlacement()
+        self.placement = GandivaPlacement(self.sharing)
+        self._sharing: SharingIndex | None = None
         self._memory: dict[tuple[str, int], JobMemory | None] = {}
         self.stats: Counter[str] = Counter()  # shared starts: "packed", "timesliced"
 
@@ -120,6 +287,14 @@ class GandivaPolicy(SchedulingPolicy):
         figures, else model-size estimates (scheduler/facts/memory.py)."""
         if self.memory_mb is None:
             self.memory_mb = memory_model(workload.interference)
+
+    def sharing(self, ctx: RoundContext) -> SharingIndex:
+        """Who shares GPUs in `ctx`, brought up to date (made on first use, and again for
+        another job table or cluster)."""
+        index = self._sharing
+        if index is None or index.jobs is not ctx.jobs or index.cluster is not ctx.cluster:
+            index = self._sharing = SharingIndex(ctx.jobs, ctx.cluster)
+        return index.refresh()
 
     def _memory_of(self, state: JobState) -> JobMemory | None:
         key = (state.job.job_type, state.batch_size // max(state.job.num_gpus, 1))
@@ -145,73 +320,93 @@ class GandivaPolicy(SchedulingPolicy):
         )
 
     def schedule(self, ctx: RoundContext) -> Schedule:
-        cluster, jobs = ctx.cluster, ctx.jobs
-        out = Schedule(keep_running=True)
-        free = cluster.free_gpus
-        waiting = []
-        for state in jobs.waiting():
-            need = state.job.num_gpus
-            if need <= free:
-                out.append(Allocation(state.job_id, need, state.batch_size))
-                free -= need
-            else:
-                waiting.append(state)
-        if not waiting:
+        """The waiting jobs that fit on free GPUs start there (in waiting order); each other
+        waiting job, in waiting order, shares a host of its size if some is left (packed with
+        the class it packs best with, else time-sliced with the first class that has one).
+        Only the sizes with both hosts and jobs waiting are looked at, and their queues only
+        while hosts are left, so a round costs what it starts and the classes of hosts, not
+        the running jobs or the queue."""
+        jobs = ctx.jobs
+        out = start_what_fits(ctx)
+        if len(out) == jobs.num_waiting:
             return out
-        # hosts: jobs alone on their GPUs (running, or started this round on the main GPU
-        # type), by size, then by (gpu type, job type, local batch)
-        main_type = Counter(cluster.node_type).most_common(1)[0][0]
-        candidates = [(s, cluster.node_type[s.gpus[0][0]]) for s in jobs.running()]
-        candidates += [(jobs[a.job_id], main_type) for a in out]
-        hosts: dict[int, dict[HostClass, list[JobState]]] = {}
-        for s, gpu_type in candidates:
-            running = s.status is JobStatus.RUNNING
-            if running and (s.share != "exclusive" or not cluster.alone(s.gpus)):
-                continue
-            size = s.num_gpus or s.job.num_gpus
-            key = (gpu_type, s.job.job_type, s.batch_size // size)
-            hosts.setdefault(size, {}).setdefault(key, []).append(s)
-        waiting = [s for s in waiting if hosts.get(s.job.num_gpus)]
-        speeds = self._class_speeds(waiting, hosts, ctx)
-        for state in waiting:
-            classes = hosts.get(state.job.num_gpus, {})
-            mine = (state.job.job_type, state.batch_size // state.job.num_gpus)
-            best, best_value = None, 1.0
-            for key, members in classes.items():
-                pair = speeds.get((mine, key), (float("nan"),) * 2)
-                packable = members and self.can_pack(state, members[0], key[0], pair)
-                if packable and sum(pair) > best_value:
-                    best, best_value = key, sum(pair)
-            if best is not None:
-                host = classes[best].pop()
-                share = "pack"
-            elif self.timeslice and (left := [m for m in classes.values() if m]):
-                host = left[0].pop()
-                share = "timeslice"
-            else:
-                continue
-            self.stats["packed" if share == "pack" else "timesliced"] += 1
-            out.append(
-                Allocation(state.job_id, state.job.num_gpus, state.batch_size, share, host.job_id)
-            )
+        sharing = self.sharing(ctx)
+        started = [jobs[a.job_id] for a in out]
+        queues = jobs.waiting_by_size()
+        # hosts: jobs alone on their GPUs (running, or started this round, on the main GPU
+        # type), by size, then by (gpu type, job type, local batch); the classes in the
+        # running order of their first host, then those only started this round
+        hosts: dict[int, dict[HostClass, RoundHosts]] = {}
+        for size in {*sharing.hosts, *(state.job.num_gpus for state in started)}:
+            if size in queues:
+                classes = sorted(sharing.hosts.get(size, {}).items(), key=lambda c: c[1][0][0])
+                hosts[size] = {key: RoundHosts(running) for key, running in classes}
+        taken: dict[tuple[int, JobClass], int] = {}  # jobs starting, by size and class
+        for state in started:
+            size, cls = state.job.num_gpus, job_class(state)
+            if size in hosts:
+                hosts[size].setdefault((sharing.main_type, *cls), RoundHosts([]))
+                hosts[size][sharing.main_type, *cls].started.append(state)
+                taken[size, cls] = taken.get((size, cls), 0) + 1
+        # the classes of the jobs left waiting, for the sizes with hosts
+        left: dict[int, list[JobClass]] = {}
+        for size in hosts:
+            counts = sharing.waiting[size]
+            left[size] = [c for c, n in counts.items() if n > taken.get((size, c), 0)]
+        hosts = {size: classes for size, classes in hosts.items() if left[size]}
+        if not hosts:
+            return out
+        speeds = self._class_speeds(left, hosts, ctx)
+        starting = {state.job_id for state in started}
+        shared: list[tuple[int, Allocation]] = []  # (place in the waiting order, allocation)
+        for size, classes in hosts.items():
+            hosts_left = sum(len(members) for members in classes.values())
+            for job_id, place in queues[size].items():
+                if not hosts_left:
+                    break
+                if job_id in starting:
+                    continue
+                state = jobs[job_id]
+                chosen = self._host_for(state, classes, speeds)
+                if chosen is None:
+                    continue
+                host, share = chosen
+                hosts_left -= 1
+                self.stats["packed" if share == "pack" else "timesliced"] += 1
+                alloc = Allocation(job_id, size, state.batch_size, share, host.job_id)
+                shared.append((place, alloc))
+        out.extend(alloc for _, alloc in sorted(shared, key=_place_of))
         return out
+
+    def _host_for(
+        self,
+        state: JobState,
+        classes: dict[HostClass, RoundHosts],
+        speeds: dict[PairKey, tuple[float, float]],
+    ) -> tuple[JobState, Share] | None:
+        """The host a waiting job shares with, taken from its class, and how."""
+        mine = job_class(state)
+        best, best_value = None, 1.0
+        for key, members in classes.items():
+            pair = speeds.get(pair_key(mine, key), (float("nan"),) * 2)
+            packable = members and self.can_pack(state, members.first(), key[0], pair)
+            if packable and sum(pair) > best_value:
+                best, best_value = key, sum(pair)
+        if best is not None:
+            return classes[best].pop(), "pack"
+        if self.timeslice and (members := next((m for m in classes.values() if m), None)):
+            return members.pop(), "timeslice"
+        return None
 
     def _class_speeds(
         self,
-        waiting: list[JobState],
-        hosts: dict[int, dict[HostClass, list[JobState]]],
+        waiting: dict[int, list[JobClass]],
+        hosts: dict[int, dict[HostClass, RoundHosts]],
         ctx: RoundContext,
-    ) -> dict[tuple[tuple[str, int], HostClass], tuple[float, float]]:
-        """Predicted speeds of every (waiting job class, host class) pair, in one batched call.
-        Classes (job type, local batch) keep the call small however many jobs wait."""
+    ) -> dict[PairKey, tuple[float, float]]:
+        """Predicted speeds of every (waiting job class, host class) pair of a size, in one
+        batched call. Classes keep the call small however many jobs wait."""
         if ctx.predictor is None or self.memory_mb is None or not self.pack:
             return {}
-        wanted = {
-            ((s.job.job_type, s.batch_size // s.job.num_gpus), key)
-            for s in waiting
-            for key in hosts.get(s.job.num_gpus, {})
-        }
-        pairs = sorted(wanted)
-        keys = [(h[0], w[0], w[1], h[1], h[2]) for w, h in pairs]
-        values = ctx.predictor.pair_speeds(keys)
-        return {p: (float(v[0]), float(v[1])) for p, v in zip(pairs, values, strict=True)}
+        pairs = sorted({(w, h) for size in hosts for w in waiting[size] for h in hosts[size]})
+        return ctx.predictor.pair_speeds([pair_key(w, h) for w, h in pairs])
