@@ -231,14 +231,19 @@ def hpsearch_table() -> str:
 
 
 SPEED_CLUSTER = "250x8:v100"
-# the figures of the commit before the waiting queue was indexed (aa8dbf6: every round of
-# tiresias sorted all active jobs), by the same commands on this machine under other work;
-# tiresias at load 4 was stopped unfinished (the issue measured 221.9 s on a quieter machine)
+SPEED_POLICIES = ("fifo", "tiresias", "gandiva")
+# the figures of the commit before each policy's rounds were made cheap, by the same commands
+# on this machine under other work: aa8dbf6 for fifo and tiresias (before the waiting queue
+# was indexed: every round of tiresias sorted all active jobs; at load 4 it was stopped
+# unfinished, the issue measured 221.9 s on a quieter machine), 2d39e64 for gandiva (every
+# round walked all running jobs for hosts, and all waiting ones)
 SPEED_BEFORE = {
-    ("fifo", 1.0): "22.1 s CPU, 409 MiB",
-    ("fifo", 4.0): "25.8 s CPU, 404 MiB",
-    ("tiresias", 1.0): "25.8 s CPU, 398 MiB",
-    ("tiresias", 4.0): "over 687 s CPU (stopped)",
+    ("fifo", 1.0): "22.1 s CPU, 409 MiB (aa8dbf6)",
+    ("fifo", 4.0): "25.8 s CPU, 404 MiB (aa8dbf6)",
+    ("tiresias", 1.0): "25.8 s CPU, 398 MiB (aa8dbf6)",
+    ("tiresias", 4.0): "over 687 s CPU, stopped (aa8dbf6)",
+    ("gandiva", 1.0): "13.0 s CPU, 362 MiB (2d39e64)",
+    ("gandiva", 4.0): "237.7 s CPU, 380 MiB (2d39e64)",
 }
 
 
@@ -265,7 +270,7 @@ def speed_table() -> tuple[str, str]:
     kernel's account of that process, and its wall time."""
     trace, what = speed_trace()
     rows = []
-    for policy in ("fifo", "tiresias"):
+    for policy in SPEED_POLICIES:
         for load in (1.0, 4.0):
             command = speed_command(trace, policy, load)
             run = measure(command)
@@ -282,7 +287,7 @@ def speed_table() -> tuple[str, str]:
                     "CPU (s)": run.cpu_s,
                     "wall (s)": run.wall_s,
                     "peak RSS (MiB)": run.peak_rss_mib,
-                    "before (commit aa8dbf6)": SPEED_BEFORE.get((policy, load), "n/a"),
+                    "before": SPEED_BEFORE.get((policy, load), "n/a"),
                 }
             )
             print(rows[-1], flush=True)
@@ -299,11 +304,14 @@ def speed_section() -> None:
 
 Each row is one process, `{command}`: its CPU seconds (user + system) and peak resident
 memory (loading the trace, mapping its jobs, simulating, printing), and its wall time on a
-machine shared with other work. A round costs what it changes, not the length of the queue:
-the waiting jobs are bucketed by requested GPUs (fifo starts the earliest that fits) and
-Tiresias's ranking is kept incrementally (`scheduler/policies/tiresias.py`, `LasQueues`);
-per-job results are those of ranking every active job each round
-(`tests/test_simulator_scale.py`).
+machine shared with other work. A round costs what it changes, not the length of the queue
+or the number of running jobs: the waiting jobs are bucketed by requested GPUs (fifo starts
+the earliest that fits), Tiresias's ranking is kept incrementally
+(`scheduler/policies/tiresias.py`, `LasQueues`), and so are Gandiva's hosts and crowded jobs
+(`scheduler/policies/gandiva.py`, `SharingIndex`); per-job results are those of ranking every
+active job each round (`tests/test_simulator_scale.py`) and of Gandiva's walk over every
+running job (`tests/test_simulator_recorded.py`). `before`: the same command at the commit
+named, before that policy's rounds were made cheap.
 
 {table}
 """
