@@ -88,7 +88,10 @@ class Rows:
             if name not in rows:
                 return np.zeros(n, dtype=np.int64), np.array([""], dtype=object)
             values = rows[name]
-            if isinstance(values, pd.Series):
+            if isinstance(values, pd.Series) and isinstance(values.dtype, pd.CategoricalDtype):
+                # (10^5 candidates: their codes as they are, every category a name)
+                codes, uniques = values.cat.codes.to_numpy(), values.cat.categories
+            elif isinstance(values, pd.Series):
                 codes, uniques = pd.factorize(values, use_na_sentinel=True)
             else:  # a few records: no pandas call (most of a one-row answer's time)
                 codes, uniques = small_factorize([None if v != v else v for v in values])
@@ -100,6 +103,8 @@ class Rows:
                 return np.full(n, np.nan)
             values = rows[name]
             if isinstance(values, pd.Series):
+                if values.dtype.kind in "iuf":  # numbers already: nothing to coerce
+                    return values.to_numpy(dtype=float)
                 return pd.to_numeric(values, errors="coerce").to_numpy(dtype=float)
             return np.array([np.nan if v is None else v for v in values], dtype=float)
 
@@ -115,7 +120,9 @@ class Rows:
                 for i in first
             ],
             dtype=float,
-        ).reshape(-1, 2)[group]
+        ).reshape(-1, 2)
+        if len(facts) > 1:  # (one group's row broadcasts as it is)
+            facts = facts[group]
         return cls(
             job=job_names[job_code],
             gpu=gpu_names[gpu_code],
