@@ -329,6 +329,8 @@ class RayExecutor:
         return finished
 
     def _record_finished(self, gang: WorkerGang, outcome: dict[str, Any]) -> Finished:
+        """Record that `gang`'s attempt finished the job; the record keeps that attempt (a move
+        launched ahead of it, then called off because it finished first, had counted one)."""
         self.reservations.release(gang.job_id)
         if outcome.get("last_checkpoint"):
             self.store.record_checkpoint(gang.job_id, CheckpointRef(**outcome["last_checkpoint"]))
@@ -340,6 +342,7 @@ class RayExecutor:
             finish_s=finish_s,  # in the same transaction: a crash cannot split them
             gpus=(),
             workers=(),
+            attempt=gang.attempt,
             samples_done=outcome["samples_done"],
             iteration=outcome["iteration"],
             mean_step_time_s=outcome.get("mean_step_time_s"),
