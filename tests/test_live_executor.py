@@ -151,6 +151,7 @@ def test_a_job_that_finishes_before_its_move_is_not_moved(executor):
     assert "f" not in executor.live
     assert executor.store.job("f").status == "done"
     assert len(launches(executor, "f")) == 1  # the workers called off never launched it
+    assert executor.store.job("f").attempt == 1  # nor count as an attempt of it
     assert wait_finished(executor, "f").iteration == short.iterations
 
 
