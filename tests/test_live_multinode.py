@@ -167,7 +167,7 @@ def test_jobs_across_two_raylets_reserve_their_gpus_and_migrate(
     assert not [n for n in groups() if n.startswith(executor.namespace)]  # all given back
 
     # the migrated run ends where an uninterrupted run ends, bit for bit (the padding of its
-    # steps changes their time, not their arithmetic): the reference runs unpadded, 8 s less
+    # steps changes their time, not their arithmetic): the reference runs unpadded
     plain = SPEC.model_copy(update={"min_step_time_s": 0.0})
     train("ref", plain, TrainingHook("ref", plain, checkpoint_dir=tmp_path))
     ours = latest_checkpoint(executor.checkpoint_dir, "solo")
