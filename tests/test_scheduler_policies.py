@@ -163,6 +163,22 @@ def test_gandiva_migrates_to_keep_a_job_on_one_node():
     assert len({n for n, _ in jobs["z"].gpus}) == 1 and jobs["z"].status is JobStatus.RUNNING
 
 
+def test_gandiva_on_a_new_cluster_stops_watching_the_old_one():
+    """The live runner makes a new cluster when nodes join or leave: the policy's index of
+    who shares GPUs follows it, and the index it replaced is told of no more changes."""
+    jobs = JobTable()
+    jobs.add(Job("z", 1.0, "slow", 4, 128, 1e6, duration_s=1e4))
+    policy = make_policy("gandiva")
+    first = ClusterState(ClusterSpec.parse("2x4:v100"))
+    old = policy.sharing(RoundContext(1.0, first, jobs))
+    grown = ClusterState(ClusterSpec.parse("3x4:v100"))
+    new = policy.sharing(RoundContext(2.0, grown, jobs))
+    assert new is not old and new.cluster is grown
+    jobs.add(Job("w", 3.0, "fast", 2, 64, 1e6, duration_s=1e4))  # a job arrives
+    assert new.waiting[2] == {("fast", 32): 1}
+    assert 2 not in old.waiting  # the replaced index heard nothing of it
+
+
 def elastic_setup(total_gpus: int, n_jobs: int, seed: int):
     rng = np.random.default_rng(seed)
     alpha = {f"j{i}": rng.uniform(0.3, 1.0) for i in range(n_jobs)}

@@ -127,6 +127,10 @@ class ClusterState:
         """Call `callback(job_id, slots)` after each `allocate` or `release`."""
         self._watchers.append(callback)
 
+    def unwatch(self, callback: Callable[[str, tuple[GpuSlot, ...]], None]) -> None:
+        """Stop calling `callback` (registered by `watch`)."""
+        self._watchers.remove(callback)
+
     def _move(self, node: int, delta: int) -> None:
         buckets = self._by_free[self.node_type[node]]
         buckets[self.free_per_node[node]].discard(node)

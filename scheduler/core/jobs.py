@@ -142,6 +142,10 @@ class JobTable:
         """Call `callback(state)` after each job is added or changes status."""
         self._watchers.append(callback)
 
+    def unwatch(self, callback: Callable[[JobState], None]) -> None:
+        """Stop calling `callback` (registered by `watch`)."""
+        self._watchers.remove(callback)
+
     def add(self, job: Job) -> JobState:
         if job.job_id in self.all:
             raise ValueError(f"job {job.job_id!r} submitted twice")

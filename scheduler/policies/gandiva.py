@@ -137,6 +137,12 @@ class SharingIndex:
             for other in self.cluster.occupants[node][gpu]:
                 self._dirty[other] = None
 
+    def close(self) -> None:
+        """Stop being told of changes (the policy made an index of another job table or
+        cluster: the live runner makes a new cluster when nodes join or leave)."""
+        self.jobs.unwatch(self._status)
+        self.cluster.unwatch(self._moved)
+
     def refresh(self) -> SharingIndex:
         """File again the jobs that changed since the last refresh."""
         for job_id in self._dirty:
@@ -293,6 +299,8 @@ class GandivaPolicy(SchedulingPolicy):
         another job table or cluster)."""
         index = self._sharing
         if index is None or index.jobs is not ctx.jobs or index.cluster is not ctx.cluster:
+            if index is not None:
+                index.close()
             index = self._sharing = SharingIndex(ctx.jobs, ctx.cluster)
         return index.refresh()
 
