@@ -209,8 +209,8 @@ async def open_loop(url: str, rate: float, seconds: float, clients: int) -> dict
     generator's own CPU per request (this process's CPU time over the phase).
 
     The clients connect before the clock starts, as a service's keep-alive clients already
-    are: otherwise the phase's first requests each wait for 32 connections set up at once
-    (10-27 ms, 1.3-1.6% of a 5 s phase at 500/s, which is the p99 itself)."""
+    are: otherwise the phase's first requests each wait for every connection being set up at
+    once, and those few requests alone are the phase's p99."""
     count = int(rate * seconds)
     queue: asyncio.Queue[float] = asyncio.Queue()
     answers: list[tuple[int | str, float]] = []
@@ -609,9 +609,9 @@ def main() -> None:
     load_before = os.getloadavg()[0]
     throughput = {task: batch_throughput(task, data) for task, data in THROUGHPUT_DATA.items()}
     service_ms = {rows: service_cpu_ms(rows, repeats) for rows, repeats in ((1, 500), (10_000, 5))}
-    # what those loaded (models, frames) stays out of the load generator's collections, as the
-    # server keeps its models out of its own: walked by each full collection, it delayed the
-    # clients (0.30 -> 0.41 ms of their CPU per request, p50 1.7 -> 2.1 ms)
+    # the models and frames those measurements loaded are kept out of the load generator's
+    # collections (as the server keeps its models out of its own): walked by every full
+    # collection, they delayed the clients and so the latencies measured
     gc.collect()
     gc.freeze()
     home = args.home or Path(tempfile.mkdtemp(prefix="perfcast-bench-"))
