@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from perfcast.scheduler.core import (
@@ -58,6 +60,38 @@ def test_find_free_prefers_the_fullest_node_that_fits_then_spreads():
     assert len(spread) == 6 and len({n for n, _ in spread}) == 2
     assert cluster.find_free(8) is None
     assert cluster.find_free(1, exclude=1) != ((1, 3),)
+
+
+def test_find_free_picks_the_best_fitting_lowest_node_after_many_changes():
+    """The free-GPU index (buckets and their lowest-node heaps, with entries left behind by
+    nodes that moved) gives the answer of a walk over every node: the node with the fewest
+    free GPUs that still fit, the lowest-numbered among those, after thousands of starts and
+    ends on many nodes (enough for the heaps to be rebuilt)."""
+    rng = random.Random(38)
+    cluster = ClusterState(ClusterSpec.parse("60x8:v100,20x4:k80"))
+    held: dict[str, tuple] = {}
+    for step in range(6000):
+        if held and rng.random() < 0.45:
+            job = rng.choice(sorted(held))
+            cluster.release(job, held.pop(job))
+            continue
+        need, gpu_type = rng.choice((1, 1, 2, 4, 8)), rng.choice((None, "v100", "k80"))
+        exclude = rng.choice((None, None, rng.randrange(80)))
+        free = {
+            n: sum(not occ for occ in gpus)
+            for n, gpus in enumerate(cluster.occupants)
+            if n != exclude and gpu_type in (None, cluster.node_type[n])
+        }
+        fits = [(f, n) for n, f in free.items() if f >= need]
+        slots = cluster.find_free(need, gpu_type, exclude)
+        if fits:
+            f, node = min(fits)
+            assert slots is not None and {n for n, _ in slots} == {node}, step
+        elif sum(free.values()) < need:
+            assert slots is None
+        if slots:
+            held[f"j{step}"] = slots
+            cluster.allocate(f"j{step}", slots)
 
 
 def test_the_free_gpu_index_answers_as_a_walk_over_every_gpu():

@@ -8,6 +8,7 @@ slot keeps a list of its occupants.
 
 from __future__ import annotations
 
+import heapq
 import re
 from collections.abc import Callable, Container
 from dataclasses import dataclass
@@ -116,10 +117,17 @@ class ClusterState:
         self._shared: set[GpuSlot] = set()  # GPUs holding two or more jobs
         # best-fit index: gpu type -> free count -> nodes with exactly that many free GPUs
         self._by_free: dict[str, list[set[int]]] = {}
+        # the same buckets as heaps, for the lowest node of a bucket without a walk of it: a
+        # node is pushed when it enters a bucket and its entry left in place when it leaves
+        # (skipped when it comes up; the heap is rebuilt when such entries outnumber the rest)
+        self._lowest: dict[str, list[list[int]]] = {}
         for node, (size, gpu_type) in enumerate(zip(self.node_size, self.node_type, strict=True)):
             buckets = self._by_free.setdefault(gpu_type, [])
             buckets += [set() for _ in range(size + 1 - len(buckets))]
             buckets[size].add(node)
+            heaps = self._lowest.setdefault(gpu_type, [])
+            heaps += [[] for _ in range(size + 1 - len(heaps))]
+            heaps[size].append(node)  # nodes come in increasing order: a heap
             self._free_of_type[gpu_type] = self._free_of_type.get(gpu_type, 0) + size
         self._watchers: list[Callable[[str, tuple[GpuSlot, ...]], None]] = []
 
@@ -132,11 +140,33 @@ class ClusterState:
         self._watchers.remove(callback)
 
     def _move(self, node: int, delta: int) -> None:
-        buckets = self._by_free[self.node_type[node]]
-        buckets[self.free_per_node[node]].discard(node)
-        self.free_per_node[node] += delta
-        buckets[self.free_per_node[node]].add(node)
-        self._free_of_type[self.node_type[node]] += delta
+        gpu_type = self.node_type[node]
+        buckets = self._by_free[gpu_type]
+        free = self.free_per_node[node]
+        buckets[free].discard(node)
+        free += delta
+        self.free_per_node[node] = free
+        bucket = buckets[free]
+        bucket.add(node)
+        heap = self._lowest[gpu_type][free]
+        heapq.heappush(heap, node)
+        if len(heap) > 2 * len(bucket) + 32:  # mostly entries of nodes that left: rebuilt
+            heap[:] = sorted(bucket)
+        self._free_of_type[gpu_type] += delta
+
+    def _lowest_node(self, gpu_type: str, free: int, exclude: int | None) -> int | None:
+        """The lowest-numbered node of `gpu_type` with exactly `free` free GPUs, other than
+        `exclude`; None when there is none."""
+        bucket = self._by_free[gpu_type][free]
+        if exclude in bucket:
+            others = bucket - {exclude}
+            return min(others) if others else None
+        if not bucket:
+            return None
+        heap = self._lowest[gpu_type][free]
+        while heap[0] not in bucket:  # every node of the bucket has an entry: never empties
+            heapq.heappop(heap)
+        return heap[0]
 
     @property
     def num_nodes(self) -> int:
@@ -233,15 +263,20 @@ class ClusterState:
             return None
         best: tuple[int, int] | None = None  # (free GPUs, node) of the best-fitting node
         for t in types:
-            buckets = self._by_free.get(t, [])
-            for free in range(num_gpus, len(buckets)):
-                nodes = buckets[free] - {exclude} if exclude in buckets[free] else buckets[free]
-                if nodes:
-                    if best is None or (free, min(nodes)) < best:
-                        best = (free, min(nodes))
+            for free in range(num_gpus, len(self._by_free.get(t, ()))):
+                node = self._lowest_node(t, free, exclude)
+                if node is not None:
+                    if best is None or (free, node) < best:
+                        best = (free, node)
                     break
         if best is not None:
-            return tuple(self.free_slots(best[1])[:num_gpus])
+            node, taken = best[1], []
+            for gpu, occ in enumerate(self.occupants[node]):
+                if not occ:
+                    taken.append((node, gpu))
+                    if len(taken) == num_gpus:
+                        break
+            return tuple(taken)
         # spread: the nodes with most free GPUs first (lowest index first among equals)
         slots: list[GpuSlot] = []
         most = max(len(self._by_free.get(t, [])) for t in types) - 1
@@ -254,4 +289,4 @@ class ClusterState:
         raise AssertionError(f"{available} free GPUs counted, fewer found in the free-GPU index")
 
     def used_gpus(self) -> int:
-        return self.total_gpus - self.free_gpus
+        return self._total_gpus - self.free_gpus

@@ -89,14 +89,14 @@ class JobState:
     overhead_gpu_s: float = 0.0  # GPU-seconds lost to restarts and migrations
     synced_s: float = 0.0  # time up to which the executor brought the counters above
     extra: dict[str, float] = field(default_factory=dict)  # a policy's own per-job figures
+    # the job's id, kept beside it: read several times per event, a slot costs less than a
+    # property
+    job_id: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        self.job_id = self.job.job_id
         if not self.batch_size:
             self.batch_size = self.job.batch_size
-
-    @property
-    def job_id(self) -> str:
-        return self.job.job_id
 
     @property
     def num_gpus(self) -> int:

@@ -89,8 +89,11 @@ class Accounting:
     def record(self, t: float, busy_gpus: int, waiting: int) -> None:
         """The cluster's state from `t` on; a point only where it changed."""
         line = self.timeline
-        if not line or line.gpus_busy[-1] != busy_gpus or line.jobs_waiting[-1] != waiting:
-            line.append(t, busy_gpus, waiting)
+        busy, queued = line.gpus_busy, line.jobs_waiting
+        if not busy or busy[-1] != busy_gpus or queued[-1] != waiting:
+            line.time_s.append(t)
+            busy.append(busy_gpus)
+            queued.append(waiting)
 
 
 class SimulationError(RuntimeError):
@@ -118,21 +121,23 @@ class SimulatedExecutor:
     def apply(self, decisions: Sequence[Decision], jobs: JobTable, now: float) -> None:
         touched: set[str] = set()
         slots: set[GpuSlot] = set()  # GPUs whose occupants changed
+        states, running = jobs.all, self.running
         for decision in decisions:
-            state = jobs[decision.job_id]
+            job_id = decision.job_id
+            state = states[job_id]
             self.sync(state, now)
-            touched.add(state.job_id)
-            record = self.running.get(state.job_id)
+            touched.add(job_id)
+            record = running.get(job_id)
             if record is not None:
                 slots.update(record.slots)
             if isinstance(decision, Suspend):
-                del self.running[state.job_id]
+                del running[job_id]
                 continue
             slots.update(decision.gpus)
             if isinstance(decision, Run):
                 resumed = state.preemptions > 0 or state.samples_done > 0
                 delay = self.costs.restart_s if resumed else self.costs.start_s
-                self.running[state.job_id] = _Running(decision.gpus, 0.0, now + delay)
+                running[job_id] = _Running(decision.gpus, 0.0, now + delay)
             elif record is not None:
                 delay = self.costs.migrate_s
                 if isinstance(decision, Resize):
@@ -142,38 +147,44 @@ class SimulatedExecutor:
                 record.slots = decision.gpus
                 record.busy_until = max(record.busy_until, now + delay)
         # neighbours on GPUs whose occupants changed run at a new rate too
+        occupants = self.cluster.occupants
         for node, gpu in sorted(slots):  # a fixed order: event ties resolve the same way
-            for other in self.cluster.occupants[node][gpu]:
+            for other in occupants[node][gpu]:
                 if other not in touched:
-                    self.sync(jobs[other], now)
+                    self.sync(states[other], now)
                     touched.add(other)
         for job_id in sorted(touched):
-            state = jobs[job_id]
-            if job_id in self.running:
-                self.running[job_id].rate = self.true_rate(state, jobs)
+            record = running.get(job_id)
+            if record is not None:
+                state = states[job_id]
+                record.rate = self.true_rate(state, jobs)
                 self._schedule_completion(state, now)
 
     # --- progress ---------------------------------------------------------------------------
     def sync(self, state: JobState, now: float) -> None:
         """Bring a job's counters up to `now` at the rate it ran with since the last sync."""
-        record = self.running.get(state.job_id)
+        job_id = state.job_id
+        record = self.running.get(job_id)
         if record is None:
             state.synced_s = now
             return
-        elapsed = now - state.synced_s
+        synced = state.synced_s
+        elapsed = now - synced
         if elapsed > 0:
-            overhead = min(max(record.busy_until - state.synced_s, 0.0), elapsed)
+            overhead = record.busy_until - synced
+            overhead = 0.0 if overhead < 0.0 else elapsed if overhead > elapsed else overhead
             productive = elapsed - overhead
-            state.samples_done = min(
-                state.samples_done + productive * record.rate, state.job.total_samples
-            )
+            work = productive * record.rate
+            total = state.job.total_samples
+            done = state.samples_done + work
+            state.samples_done = total if done > total else done  # NaN stays NaN
             gpus = len(record.slots)
             state.attained_gpu_s += elapsed * gpus
             state.overhead_gpu_s += overhead * gpus
             state.run_time_s += elapsed
-            job_id, acc = state.job_id, self.accounting
+            acc = self.accounting
             acc.productive_gpu_s[job_id] = acc.productive_gpu_s.get(job_id, 0.0) + productive * gpus
-            acc.samples[job_id] = acc.samples.get(job_id, 0.0) + productive * record.rate
+            acc.samples[job_id] = acc.samples.get(job_id, 0.0) + work
         state.synced_s = now
 
     def true_rate(self, state: JobState, jobs: JobTable) -> float:
@@ -273,21 +284,25 @@ class SimulatedExecutor:
         heapq.heappush(self.events, (finish, self._seq, state.job_id, record.version))
 
     def next_completion(self) -> float | None:
-        while self.events:
-            when, _, job_id, version = self.events[0]
-            record = self.running.get(job_id)
+        events, running = self.events, self.running
+        while events:
+            when, _, job_id, version = events[0]
+            record = running.get(job_id)
             if record is not None and record.version == version:
                 return when
-            heapq.heappop(self.events)
+            heapq.heappop(events)
         return None
 
     def pop_completions(self, now: float, jobs: JobTable) -> list[str]:
         """The jobs whose work is done by `now`. Events of jobs that only reached the end of an
         epoch re-rate them (their statistical efficiency changes) and queue the next event."""
-        done = []
-        while (when := self.next_completion()) is not None and when <= now + _EPS:
-            _, _, job_id, _ = heapq.heappop(self.events)
-            state = jobs[job_id]
+        done: list[str] = []
+        events, due = self.events, now + _EPS
+        if not events or events[0][0] > due:  # every event, stale or not, is later
+            return done
+        while (when := self.next_completion()) is not None and when <= due:
+            _, _, job_id, _ = heapq.heappop(events)
+            state = jobs.all[job_id]
             if state.job.statistical and state.remaining_samples > _work_tolerance(state):
                 self.sync(state, now)
                 if state.remaining_samples > _work_tolerance(state):
@@ -375,41 +390,43 @@ def simulate(
     timer: float | None = None
     tick: float | None = None  # the next round when rounds are on a fixed grid
     now = jobs[0].submit_time_s if jobs else 0.0
+    # the hooks a policy does not override answer "nothing": not asked each round
+    stops = getattr(policy.stopped, "__func__", None) is not SchedulingPolicy.stopped
+    wakes = getattr(policy.next_wakeup, "__func__", None) is not SchedulingPolicy.next_wakeup
+    table = loop.jobs
     while finished < total:
-        candidates = [
-            t
-            for t in (
-                jobs[arrived].submit_time_s if arrived < total else None,
-                executor.next_completion(),
-                timer,
-                tick,
-            )
-            if t is not None
-        ]
-        if not candidates:
-            stuck = [s.job_id for s in loop.jobs.active.values()][:5]
+        # the earliest of the next arrival, completion, wake-up and tick
+        t = jobs[arrived].submit_time_s if arrived < total else None
+        for when in (executor.next_completion(), timer, tick):
+            if when is not None and (t is None or when < t):
+                t = when
+        if t is None:
+            stuck = [s.job_id for s in table.active.values()][:5]
             raise RuntimeError(f"simulation stalled at {now:.0f}s with jobs waiting: {stuck}")
-        t = max(min(candidates), now)
-        acc.record(now, cluster.used_gpus(), loop.jobs.num_waiting)
+        if t < now:
+            t = now
+        busy = cluster.used_gpus()
+        acc.record(now, busy, table.num_waiting)
         acc.placement_gpu_s += cluster.placements * (t - now)
-        acc.busy_gpu_s += cluster.used_gpus() * (t - now)
+        acc.busy_gpu_s += busy * (t - now)
         now = t
-        completed = executor.pop_completions(now, loop.jobs)
+        completed = executor.pop_completions(now, table)
         for job_id in completed:
-            executor.finish(loop.jobs[job_id], now, loop.jobs)
+            executor.finish(table.all[job_id], now, table)
             loop.job_finished(job_id, now)
-            finished += 1
-        executor.refresh(loop.jobs, now)
-        batch = []
+        finished += len(completed)
+        if executor._after_release:
+            executor.refresh(table, now)
+        first = arrived
         while arrived < total and jobs[arrived].submit_time_s <= now:
-            batch.append(jobs[arrived])
             arrived += 1
-        if batch:
+        if arrived > first:
+            batch = jobs[first:arrived]
             accepted = loop.submit(batch, now)
             for state in accepted:
                 state.synced_s = now
             finished += len(batch) - len(accepted)
-        events += (len(completed) + len(batch)) or 1
+        events += (len(completed) + arrived - first) or 1
         if round_s is not None:
             on_grid = tick is not None and now >= tick - _EPS
             if not on_grid:
@@ -426,14 +443,14 @@ def simulate(
             continue
         decisions += len(loop.round(now))
         rounds += 1
-        if ended := policy.stopped(loop.context(now)):
+        if stops and (ended := policy.stopped(loop.context(now))):
             for job_id in ended:
                 executor.stop(loop.jobs[job_id], now, loop.jobs)
                 loop.job_finished(job_id, now)
                 finished += 1
             executor.refresh(loop.jobs, now)
             decisions += len(loop.round(now))  # the freed GPUs go to others at once
-        timer = policy.next_wakeup(loop.context(now))
+        timer = policy.next_wakeup(loop.context(now)) if wakes else None
         if timer is not None and not math.isfinite(timer):
             raise SimulationError(f"policy {policy.name} asked for a round at {timer}")
         if loop.held_until is not None:  # a job kept by its quantum may be preempted then
