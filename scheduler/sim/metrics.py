@@ -7,6 +7,7 @@ requested size (its traced duration): 1 means the job lost nothing to sharing th
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -20,24 +21,32 @@ from perfcast.units import duration, log_ticks, number
 def job_table(result: SimResult) -> pd.DataFrame:
     """One row per finished job."""
     done = [s for s in result.jobs.all.values() if s.status is JobStatus.DONE]
+    n = len(done)
+
+    def numbers(values: Iterator[float], dtype: type) -> np.ndarray:
+        return np.fromiter(values, dtype, n)
+
     # column by column: a million jobs as a list of row tuples would hold every figure as a
-    # Python object twice over (the tuples, then pandas's object array)
+    # Python object twice over (the tuples, then pandas's object array); the columns that are
+    # never missing straight into typed arrays (pandas would convert a list again)
     columns = {
         "job_id": [s.job_id for s in done],
         "job_type": [s.job.job_type for s in done],
-        "num_gpus": [s.job.num_gpus for s in done],
-        "submit_s": [s.job.submit_time_s for s in done],
+        "num_gpus": numbers((s.job.num_gpus for s in done), np.int64),
+        "submit_s": numbers((s.job.submit_time_s for s in done), float),
         "start_s": [s.first_start_s for s in done],
         "finish_s": [s.finish_s for s in done],
-        "duration_s": [s.job.duration_s for s in done],
-        "preemptions": [s.preemptions for s in done],
-        "migrations": [s.migrations for s in done],
-        "resizes": [s.resizes for s in done],
-        "gpu_s": [s.attained_gpu_s for s in done],
-        "overhead_gpu_s": [s.overhead_gpu_s for s in done],
+        "duration_s": numbers((s.job.duration_s for s in done), float),
+        "preemptions": numbers((s.preemptions for s in done), np.int64),
+        "migrations": numbers((s.migrations for s in done), np.int64),
+        "resizes": numbers((s.resizes for s in done), np.int64),
+        "gpu_s": numbers((s.attained_gpu_s for s in done), float),
+        "overhead_gpu_s": numbers((s.overhead_gpu_s for s in done), float),
         "deadline_s": [s.job.deadline_s for s in done],
-        "completed": [s.samples_done >= s.job.total_samples * (1 - 1e-9) for s in done],
-        "progress": [s.samples_done / s.job.total_samples for s in done],
+        "completed": numbers(
+            (s.samples_done >= s.job.total_samples * (1 - 1e-9) for s in done), bool
+        ),
+        "progress": numbers((s.samples_done / s.job.total_samples for s in done), float),
         "group": [s.job.group for s in done],
         "metric": [
             s.job.metric_at(s.samples_done / s.job.total_samples) if s.job.score else None

@@ -125,10 +125,6 @@ class Workload:
         return goodput.application(job_type)
 
 
-def _draw(job_id: str, seed: int, options: list[str]) -> str:
-    return options[zlib.crc32(f"{seed}:{job_id}".encode()) % len(options)]
-
-
 def build_workload(
     trace: pd.DataFrame,
     cluster: ClusterState,
@@ -165,6 +161,8 @@ def build_workload(
     users, vcs = _optional(table, "user", str), _optional(table, "vc", str)
     deadlines = _optional(table, "deadline_s", float)
     jobs, drawn, matched = [], 0, Counter[str]()
+    crc32, throughput = zlib.crc32, scaling.throughput
+    reference_batch = {t: scaling.reference_local_batch(t) for t in types}
     total_gpus = cluster.total_gpus
     # nodes of the main GPU type first, largest first: where a job's run time alone is counted
     node_sizes = [
@@ -192,14 +190,15 @@ def build_workload(
         trace_job = names[i] if names else None
         job_type = trace_job
         if job_type is None or not scaling.has(job_type):
-            job_type = _draw(job_id, seed, by_size[gpus])
+            options = by_size[gpus]  # a draw fixed by the seed and the job's id
+            job_type = options[crc32(f"{seed}:{job_id}".encode()) % len(options)]
             drawn += 1
         if global_batches and global_batches[i] is not None:
             batch = global_batches[i]
         else:
             local = batches[i] if batches else None
-            batch = (local or scaling.reference_local_batch(job_type)) * gpus
-        work = duration * scaling.throughput(job_type, gpu_type, gpus, batch)
+            batch = (local or reference_batch[job_type]) * gpus
+        work = duration * throughput(job_type, gpu_type, gpus, batch)
         app = None
         if progress == "statistical" and trace_job == job_type:
             app = goodput.application(job_type)
