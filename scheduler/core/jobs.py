@@ -147,11 +147,12 @@ class JobTable:
         self._watchers.remove(callback)
 
     def add(self, job: Job) -> JobState:
-        if job.job_id in self.all:
-            raise ValueError(f"job {job.job_id!r} submitted twice")
+        job_id = job.job_id
+        if job_id in self.all:
+            raise ValueError(f"job {job_id!r} submitted twice")
         state = JobState(job)
-        self.all[job.job_id] = state
-        self.active[job.job_id] = state
+        self.all[job_id] = state
+        self.active[job_id] = state
         self._start_waiting(state)
         for callback in self._watchers:
             callback(state)

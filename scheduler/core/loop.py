@@ -71,7 +71,7 @@ def start_all_waiting(ctx: RoundContext) -> Schedule | None:
     if ctx.jobs.waiting_gpus > ctx.cluster.free_gpus:
         return None
     return Schedule(
-        (Allocation(s.job_id, s.job.num_gpus, s.batch_size) for s in ctx.jobs.waiting()),
+        [Allocation(s.job_id, s.job.num_gpus, s.batch_size) for s in ctx.jobs.waiting()],
         keep_running=True,
     )
 

@@ -198,9 +198,9 @@ class SimulatedExecutor:
             solo = app.rate(placement, state.batch_size, state.samples_done)
         else:
             solo = self.workload.scaling.throughput(job.job_type, gpu_type, n, state.batch_size)
-        factor = 1.0
+        factor, on_gpu = 1.0, self.cluster.occupants
         for node, gpu in state.gpus:
-            occupants = self.cluster.occupants[node][gpu]
+            occupants = on_gpu[node][gpu]
             if len(occupants) == 1:
                 continue
             share = (1.0 - self.costs.timeslice_overhead) / len(occupants)
