@@ -85,7 +85,7 @@ def test_find_free_picks_the_best_fitting_lowest_node_after_many_changes():
         fits = [(f, n) for n, f in free.items() if f >= need]
         slots = cluster.find_free(need, gpu_type, exclude)
         if fits:
-            f, node = min(fits)
+            _, node = min(fits)
             assert slots is not None and {n for n, _ in slots} == {node}, step
         elif sum(free.values()) < need:
             assert slots is None
