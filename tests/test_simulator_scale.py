@@ -1,8 +1,9 @@
 """The priority policies at scale: a generated 20,000-job trace on a 128-GPU cluster, dense
 enough that a queue of hundreds of jobs builds up. The per-job JCTs and preemption counts of
-`fifo` and `tiresias` must equal those of a from-scratch reference that ranks every active job
-each round (`ReferencePriority`), and their digest must equal the one recorded from the
-simulator whose policies did that themselves (commit 17c11d9). Synthetic job types and trace
+`fifo`, `tiresias` and `srtf-predicted` must equal those of a from-scratch reference that ranks
+every active job each round (`ReferencePriority`, `ReferenceSrtf`), and the first two's digest
+must equal the one recorded from the simulator whose policies did that themselves (commit
+17c11d9). Synthetic job types and trace
 (a seeded draw): never reported as measured."""
 
 from __future__ import annotations
@@ -18,14 +19,29 @@ import pandas as pd
 import pytest
 
 from perfcast.scheduler.core import ClusterSpec, ClusterState
-from perfcast.scheduler.core.loop import Allocation, RoundContext, Schedule, SchedulingPolicy
+from perfcast.scheduler.core.loop import (
+    Allocation,
+    RoundContext,
+    Schedule,
+    SchedulingPolicy,
+    start_all_waiting,
+)
+from perfcast.scheduler.core.predictions import JobPredictor
 from perfcast.scheduler.facts.catalog import InterferenceCatalog, ScalingCatalog
 from perfcast.scheduler.policies import make_policy
+from perfcast.scheduler.policies.srtf_predicted import (
+    SrtfPredictedPolicy,
+    _log_width,
+    blended_order,
+    predicted_remaining,
+    trust_weights,
+)
 from perfcast.scheduler.sim.engine import SimResult, simulate
 from perfcast.scheduler.sim.workload import Workload, build_workload
 
 CLUSTER = "16x8:v100"
 NUM_JOBS = 20_000
+SRTF_JOBS = 4_000  # its reference reads every active job in Python each round
 SIZES = (1, 2, 4, 8, 16)
 THRESHOLDS = (3600.0, 36000.0)  # Tiresias's default queues, GPU-seconds
 # `digest` of each policy's run of `scale_workload()`, recorded from commit 17c11d9
@@ -134,6 +150,65 @@ class ReferencePriority(SchedulingPolicy):
         return min(times, default=None)
 
 
+class ReferenceSrtf(SrtfPredictedPolicy):
+    """Rank-everything reference for `srtf-predicted`: when the waiting jobs do not all fit in
+    the free GPUs, every active job is read from its state, ranked (`blended_order`) and GPUs
+    are filled in that order at requested sizes, a job that does not fit skipped, as a full
+    list of the jobs to hold GPUs."""
+
+    name = "reference-srtf-predicted"
+
+    def schedule(self, ctx: RoundContext) -> list[Allocation]:
+        predictor = ctx.predictor
+        assert predictor is not None
+        predictor.predict_durations([s.job for s in ctx.jobs.waiting()])
+        self._learn_from_finished(ctx)
+        start = start_all_waiting(ctx)
+        if start is not None:
+            return start
+        self._record_outcomes(predictor)
+        states = list(ctx.jobs.active.values())
+        intervals = predictor.duration_intervals([s.job for s in states])
+        ran = np.array([s.run_time_at(ctx.now) for s in states])
+        submit = np.array([s.job.submit_time_s for s in states])
+        queues = np.array([self.queue_of(s.attained_at(ctx.now)) for s in states])
+        widths = _log_width(intervals[:, 0], intervals[:, 2])
+        weights = trust_weights(widths, self.calibration(intervals))
+        picked = blended_order(queues, predicted_remaining(intervals, ran), weights, submit)
+        capacity, out = ctx.cluster.total_gpus, []
+        for i in picked:
+            state = states[i]
+            if state.job.num_gpus <= capacity:
+                out.append(Allocation(state.job_id, state.job.num_gpus, state.batch_size))
+                capacity -= state.job.num_gpus
+        return out
+
+
+class NoisyDurations:
+    """Duration predictions for `scale_workload()`'s jobs: a p50 off the truth by a seeded
+    log-normal factor, and p10/p90 intervals of seeded widths from nothing to wider than the
+    population (so the trust weights spread over [0, 1]); `exact` gives the truth, p10 = p90."""
+
+    def __init__(self, workload: Workload, exact: bool, seed: int = 7) -> None:
+        truth = {j.job_id: float(j.duration_s) for j in workload.jobs}
+        rng = np.random.default_rng(seed)
+        n = len(truth)
+        p50 = np.array(list(truth.values()))
+        half = np.zeros(n)
+        if not exact:
+            p50 = p50 * np.exp(rng.normal(0.0, 0.5, n))
+            half = rng.uniform(0.0, 2.5, n)
+        bounds = zip(p50 / np.exp(half), p50, p50 * np.exp(half), strict=True)
+        self.rows = dict(zip(truth, bounds, strict=True))
+
+    def predict(self, task: str, rows: pd.DataFrame) -> pd.DataFrame:
+        assert task == "duration"
+        v = np.array([self.rows[j] for j in rows["job_id"]], dtype=float).reshape(-1, 3)
+        return pd.DataFrame(
+            {"duration_s_p10": v[:, 0], "duration_s": v[:, 1], "duration_s_p90": v[:, 2]}
+        )
+
+
 def outcome(result: SimResult) -> dict[str, tuple[float, int]]:
     """Per job: (JCT in seconds, preemptions)."""
     return {
@@ -184,3 +259,18 @@ def test_priority_policies_match_the_rank_everything_reference(workload, ours, p
     assert jobs == outcome(reference)
     if policy == "tiresias":
         assert sum(preempted for _, preempted in jobs.values()) > 10_000  # demotions preempt
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("exact", [True, False], ids=["exact", "noisy"])
+def test_srtf_predicted_matches_the_rank_everything_reference(exact):
+    workload = scale_workload(SRTF_JOBS)
+
+    def run(policy: SchedulingPolicy) -> SimResult:
+        predictor = JobPredictor(NoisyDurations(workload, exact), gpus_per_node=8)
+        return simulate(workload, ClusterSpec.parse(CLUSTER), policy, predictor=predictor)
+
+    jobs = outcome(run(make_policy("srtf-predicted")))
+    assert len(jobs) == SRTF_JOBS
+    assert sum(preempted for _, preempted in jobs.values()) > 100
+    assert jobs == outcome(run(ReferenceSrtf()))

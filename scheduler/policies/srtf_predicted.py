@@ -25,7 +25,6 @@ the earlier submission.
 from __future__ import annotations
 
 from array import array
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,10 +32,9 @@ from scipy.stats import spearmanr
 
 from perfcast.errors import PerfcastError
 from perfcast.scheduler.core.jobs import JobState, JobStatus, JobTable
-from perfcast.scheduler.core.loop import RoundContext, Schedule
+from perfcast.scheduler.core.loop import Allocation, RoundContext, Schedule, start_all_waiting
 from perfcast.scheduler.core.predictions import JobPredictor
 from perfcast.scheduler.policies import register
-from perfcast.scheduler.policies.common import priority_schedule
 from perfcast.scheduler.policies.tiresias import DEFAULT_THRESHOLDS, TiresiasPolicy
 
 _TINY = 1e-9
@@ -120,6 +118,7 @@ class SrtfPredictedPolicy(TiresiasPolicy):
         # whole at each calibration: a list of tuples cost O(finished jobs) Python objects)
         self._outcomes = (array("d"), array("d"), array("d"))
         self._calibration: tuple[int, Calibration] | None = None  # (outcomes seen, result)
+        self._columns: ActiveColumns | None = None  # the followed table's active jobs
 
     def _learn_from_finished(self, ctx: RoundContext) -> None:
         """Queue the jobs that finished since the last round, in the order of their ids, for
@@ -176,25 +175,184 @@ class SrtfPredictedPolicy(TiresiasPolicy):
         return self._calibration[1]
 
     def schedule(self, ctx: RoundContext) -> Schedule:
+        """Every active job ranked (`blended_order`) and GPUs filled greedily in that order at
+        requested sizes (a job that does not fit is skipped); returned as the changes to the
+        running jobs. When every waiting job fits in the free GPUs the round only starts them
+        and ranks nothing (`start_all_waiting`)."""
         predictor = ctx.predictor
         if predictor is None:
             raise PerfcastError("srtf-predicted needs a prediction backend (--predictor)")
         predictor.predict_durations([s.job for s in ctx.jobs.waiting()])  # arrivals, one call
         self._learn_from_finished(ctx)
+        if self._columns is None or self._columns.jobs is not ctx.jobs:
+            if self._columns is not None:
+                self._columns.close()
+            self._columns = ActiveColumns(ctx.jobs)
+        start = start_all_waiting(ctx)
+        if start is not None:
+            return start
+        columns = self._columns
+        columns.refresh(predictor)
+        self._record_outcomes(predictor)
         now = ctx.now
+        slots, ran, attained = columns.at(now)
+        intervals = columns.intervals[slots]
+        submit = columns.submit[slots]
+        queues = np.searchsorted(self.thresholds, attained, side="right")
+        widths = _log_width(intervals[:, 0], intervals[:, 2])
+        weights = trust_weights(widths, self.calibration(intervals))
+        picked = blended_order(queues, predicted_remaining(intervals, ran), weights, submit)
+        return columns.fill(slots[picked], ctx.cluster.total_gpus)
 
-        def order(states: Sequence[JobState]) -> list[JobState]:
-            self._record_outcomes(predictor)
-            intervals = predictor.duration_intervals([s.job for s in states])
-            ran = np.array([s.run_time_at(now) for s in states])
-            submit = np.array([s.job.submit_time_s for s in states])
-            queues = np.array([self.queue_of(s.attained_at(now)) for s in states])
-            widths = _log_width(intervals[:, 0], intervals[:, 2])
-            weights = trust_weights(widths, self.calibration(intervals))
-            picked = blended_order(queues, predicted_remaining(intervals, ran), weights, submit)
-            return [states[i] for i in picked]
 
-        return priority_schedule(ctx, order)
+class ActiveColumns:
+    """A job table's active jobs as columns (submit time, requested GPUs, duration interval,
+    and the run time and attained GPU-seconds of the ones waiting), one row per job in the
+    order it was added (the order of `JobTable.active`), kept up to date as the table reports
+    changes (`JobTable.watch`), so a round reads per job only the running ones' counters, not
+    a Python object per active job. Changes are applied at the next `refresh`, after the
+    executor has brought the counters of the jobs that changed up to date."""
+
+    def __init__(self, jobs: JobTable) -> None:
+        self.jobs = jobs
+        self._ids: list[str] = []
+        self._slot: dict[str, int] = {}
+        size = 1024
+        self.submit = np.zeros(size)
+        self.need = np.zeros(size, np.int64)
+        self.intervals = np.zeros((size, 3))
+        self._ran = np.zeros(size)
+        self._attained = np.zeros(size)
+        self._alive = np.zeros(size, bool)
+        self._unpredicted: list[int] = []  # slots whose interval is not read yet
+        self._dirty: dict[str, None] = {}
+        # running jobs by slot, and each one's place in the table's running order
+        self._running: dict[int, JobState] = {}
+        self._since: dict[int, int] = {}
+        self._started = 0
+        for state in jobs.active.values():
+            self._seen(state)
+        for state in jobs.running():  # the table's running order
+            self._started += 1
+            self._since[self._slot[state.job_id]] = self._started
+        jobs.watch(self._seen)
+
+    def close(self) -> None:
+        """Stop following the table."""
+        self.jobs.unwatch(self._seen)
+
+    def _seen(self, state: JobState) -> None:
+        job_id = state.job_id
+        if job_id not in self._slot and state.status is not JobStatus.DONE:
+            slot = len(self._ids)
+            if slot == len(self.submit):
+                self._grow()
+            self._slot[job_id] = slot
+            self._ids.append(job_id)
+            self.submit[slot] = state.job.submit_time_s
+            self.need[slot] = state.job.num_gpus
+            self._alive[slot] = True
+            self._unpredicted.append(slot)
+        if state.status is JobStatus.RUNNING:
+            self._started += 1
+            self._since[self._slot[job_id]] = self._started
+        self._dirty[job_id] = None
+
+    def _grow(self) -> None:
+        size = 2 * len(self.submit)
+        for name in ("submit", "need", "intervals", "_ran", "_attained", "_alive"):
+            old = getattr(self, name)
+            new = np.zeros((size, *old.shape[1:]), old.dtype)
+            new[: len(old)] = old
+            setattr(self, name, new)
+
+    def refresh(self, predictor: JobPredictor) -> None:
+        """Apply the table's changes; read the new jobs' intervals (one gather)."""
+        if self._unpredicted:
+            fresh, self._unpredicted = self._unpredicted, []
+            rows = predictor.duration_intervals([self.jobs.all[self._ids[i]].job for i in fresh])
+            self.intervals[fresh] = rows
+        for job_id in self._dirty:
+            slot = self._slot.get(job_id)
+            if slot is None:
+                continue
+            state = self.jobs.all[job_id]
+            status = state.status
+            if status is JobStatus.RUNNING:
+                self._running[slot] = state
+                continue
+            self._running.pop(slot, None)
+            self._since.pop(slot, None)
+            if status is JobStatus.DONE:
+                self._alive[slot] = False
+                del self._slot[job_id]
+            else:
+                self._ran[slot] = state.run_time_s
+                self._attained[slot] = state.attained_gpu_s
+        self._dirty.clear()
+        if len(self._ids) > 1024 and 2 * len(self._slot) < len(self._ids):
+            self._compact()
+
+    def _compact(self) -> None:
+        """Drop the rows of finished jobs (the others keep their order)."""
+        keep = np.flatnonzero(self._alive[: len(self._ids)])
+        for name in ("submit", "need", "intervals", "_ran", "_attained", "_alive"):
+            old = getattr(self, name)
+            new = np.zeros_like(old)
+            new[: len(keep)] = old[keep]
+            setattr(self, name, new)
+        renumber = {int(old): new for new, old in enumerate(keep.tolist())}
+        self._ids = [self._ids[i] for i in renumber]
+        self._slot = {job_id: i for i, job_id in enumerate(self._ids)}
+        self._running = {renumber[i]: state for i, state in self._running.items()}
+        self._since = {renumber[i]: order for i, order in self._since.items()}
+
+    def at(self, now: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The active jobs' slots (in the table's order), and each one's run time and
+        attained GPU-seconds at `now`. Call `refresh` first."""
+        n = len(self._ids)
+        ran, attained = self._ran[:n].copy(), self._attained[:n].copy()
+        if self._running:
+            where = np.fromiter(self._running, np.int64, len(self._running))
+            states = self._running.values()
+            ran[where] = [s.run_time_at(now) for s in states]
+            attained[where] = [s.attained_at(now) for s in states]
+        slots = np.flatnonzero(self._alive[:n])
+        return slots, ran[slots], attained[slots]
+
+    def fill(self, ordered: np.ndarray, capacity: int) -> Schedule:
+        """The greedy fill of `capacity` GPUs over the jobs at slots `ordered` (every active
+        job, in priority order) at their requested sizes, a job that does not fit skipped;
+        as changes: a 0-GPU allocation for each running job left out, in the order the jobs
+        started running (the order the cluster suspends them in for a full list), then the
+        waiting jobs that get GPUs, in priority order. Running jobs not listed keep theirs."""
+        need = self.need[ordered]
+        used = np.cumsum(need)
+        cut = int(np.searchsorted(used, capacity, side="right"))  # all before it fit
+        taken = list(ordered[:cut].tolist())
+        left = capacity - (int(used[cut - 1]) if cut else 0)
+        if left > 0 and cut < len(ordered):
+            rest = np.flatnonzero(need[cut:] <= left) + cut
+            for i in rest.tolist():
+                size = int(need[i])
+                if size <= left:
+                    taken.append(int(ordered[i]))
+                    left -= size
+                    if left == 0:
+                        break
+        kept = set(taken)
+        out = Schedule(keep_running=True)
+        running, since = self._running, self._since
+        dropped = sorted((slot for slot in running if slot not in kept), key=since.__getitem__)
+        for slot in dropped:
+            state = running[slot]
+            out.append(Allocation(state.job_id, 0, state.batch_size))
+        all_jobs, ids = self.jobs.all, self._ids
+        for slot in taken:
+            if slot not in running:
+                state = all_jobs[ids[slot]]
+                out.append(Allocation(state.job_id, state.job.num_gpus, state.batch_size))
+        return out
 
 
 def _job_id(state: JobState) -> str:
