@@ -104,7 +104,9 @@ def test_cluster_up_add_node_submit_serve_again_down_from_a_shell(tmp_path):
     job = tmp_path / "job.yaml"
     job.write_text("name: demo\niterations: 60\nbatch_size: 16\nwidth: 64\ncheckpoint_every: 20\n")
     # something that looks like another user's raylet: `ray stop` would kill it, we must not
-    other = subprocess.Popen(["bash", "-c", "sleep 600; true", "/x/ray/core/src/ray/raylet/raylet"])
+    # (it outlives the test, killed in the finally: a run beside heavy load took 678 s)
+    look_alike = ["bash", "-c", "sleep 3600; true", "/x/ray/core/src/ray/raylet/raylet"]
+    other = subprocess.Popen(look_alike)
     census = Census(state)
     env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", "COLUMNS": "200",
            "JOB": str(job), "NUM_GPUS": "2", "ADD_NODE": "1", "KEEP_UP": "1"}  # fmt: skip
