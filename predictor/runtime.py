@@ -166,9 +166,6 @@ class GbmGraphBlend(BaseEstimator):
 # Stage 1 costs sixteen op-model fits, the same for every family: the trainer and the accuracy
 # benchmark fit the four families on the same rows, so the last few results are kept, keyed by
 # the content of the op table (the models are only read after fitting).
-# The fifteen out-of-fold fits (stage 2's training bases and the margins) take one booster
-# each and only the answering model the seed average: it steadies the answers, and on a GPU
-# never seen stage 2 is as accurate from one booster's bases as from four.
 @dataclass(frozen=True)
 class _Stage1:
     model: OpLatencyModel  # fitted on every training node
@@ -206,7 +203,7 @@ class RuntimePredictor(TaskPredictor):
         for chunk in np.array_split(shuffled, min(len(keys), n_folds)):
             held = groups.index[groups.isin(chunk)]
             is_held = ops["sample_id"].isin(held)
-            model = OpLatencyModel(self.random_state, n_members=1).fit(ops[~is_held])
+            model = OpLatencyModel(self.random_state).fit(ops[~is_held])
             base[held] = model.predict_log_sum(ops[is_held], held)
         return base.to_numpy()
 
