@@ -38,11 +38,9 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/ruff check .
-	# a worker per core, each test module whole on one worker (its fitted models built once), and
-	# one more for the modules that start Ray, first (tests/conftest.py): they mostly wait on
-	# processes starting, and on a worker of their own the cores compute meanwhile
-	$(BIN)/python -m pytest -q -n $$(( $$(nproc) + 1 )) --dist loadgroup --no-loadscope-reorder \
-		--durations=10
+	# a worker per core, each test module whole on one worker (its fitted models built once) and
+	# the modules that start Ray on one worker between them (tests/conftest.py)
+	$(BIN)/python -m pytest -q -n auto --dist loadgroup --durations=10
 
 lint: $(STAMP)
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

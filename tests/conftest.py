@@ -306,44 +306,6 @@ RAY_MODULES = frozenset(
 )
 
 
-# The modules that cost the most time outside the Ray group (--durations, 2026-11-30), slowest
-# first: `make test` hands work out in collection order (--no-loadscope-reorder), and a slow
-# module taken last keeps one worker busy after the others have finished.
-SLOWEST_MODULES = (
-    "test_starter_set",
-    "test_prediction_fast_paths",
-    "test_regressors",
-    "test_training",
-    "test_runtime_features",
-    "test_predictors",
-    "test_training_progress",
-    "test_interference",
-    "test_flag_properties",
-    "test_recommend_fast_path",
-    "test_simulator_scale",
-    "test_serving_api",
-)
-
-
-def _schedule_order(items: list[pytest.Item]) -> None:
-    """Order `items` for xdist: the Ray group first (it mostly waits on processes starting, on
-    a worker of its own: `make test` runs one worker more than the cores), then
-    SLOWEST_MODULES, then the other modules, the ones with more tests first (xdist's own
-    order); within a module, as collected."""
-    groups = [_group(item) for item in items]
-    counts = pd.Series(groups).value_counts().to_dict()
-
-    def rank(group: str) -> tuple[int, int]:
-        if group == "ray":
-            return (0, 0)
-        if group in SLOWEST_MODULES:
-            return (1, SLOWEST_MODULES.index(group))
-        return (2, -counts[group])
-
-    order = sorted(range(len(items)), key=lambda i: rank(groups[i]))  # stable
-    items[:] = [items[i] for i in order]
-
-
 # After xdist's own hook: xdist 3.8 sends a test to its group's worker by the `@group` suffix of
 # its node id, which it sets through `item._nodeid`, an attribute pytest 9 no longer reads (the
 # id is `item._id`); so no test was grouped and two Ray clusters started at once. The suffix is
@@ -359,11 +321,5 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             marker = item.get_closest_marker("xdist_group")
         nodeid = item.nodeid
         if grouping and nodeid.rfind("@") <= nodeid.rfind("]"):  # no group suffix yet
-            item._id = NodeId.parse(f"{nodeid}@{_group(item)}")
-    if grouping:
-        _schedule_order(items)
-
-
-def _group(item: pytest.Item) -> str:
-    marker = item.get_closest_marker("xdist_group")
-    return marker.args[0] if marker.args else marker.kwargs.get("name", "default")
+            name = marker.args[0] if marker.args else marker.kwargs.get("name", "default")
+            item._id = NodeId.parse(f"{nodeid}@{name}")
