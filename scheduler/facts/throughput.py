@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.optimize import minimize
 
+from perfcast.predictor.throughput import SyncLaw
+
 TINY = 1e-8  # lower bound of every time parameter (a zero would break the logs)
 MAX_GAMMA = 10.0
 
@@ -54,11 +56,10 @@ class ThroughputParams:
 
     def optim_time(self, nodes, replicas, atomic) -> np.ndarray:
         """Seconds of a step that synchronizes: compute and sync overlapped per `gamma`."""
-        compute, sync = self.pass_time(atomic), self.sync_time(nodes, replicas)
-        overlapped = (compute**self.gamma + sync**self.gamma) ** (1.0 / self.gamma)
-        # exactly the pass where nothing is synchronized: the powers' rounding put one GPU's
-        # step a few ulps below its own pass (a step that does more, faster)
-        return np.where(sync > 0, np.fmax(overlapped, np.fmax(compute, sync)), compute)
+        # the predictor's overlap law: never below either term, exactly the pass on one GPU
+        return SyncLaw(gamma=self.gamma).step_seconds(
+            self.pass_time(atomic), self.sync_time(nodes, replicas)
+        )
 
     def step_time(self, nodes, replicas, atomic, accum) -> np.ndarray:
         """Seconds of one global-batch step with `accum` extra passes before the sync."""
