@@ -91,9 +91,7 @@ class Accounting:
         line = self.timeline
         busy, queued = line.gpus_busy, line.jobs_waiting
         if not busy or busy[-1] != busy_gpus or queued[-1] != waiting:
-            line.time_s.append(t)
-            busy.append(busy_gpus)
-            queued.append(waiting)
+            line.append(t, busy_gpus, waiting)
 
 
 class SimulationError(RuntimeError):
