@@ -213,6 +213,8 @@ class ActiveColumns:
     a Python object per active job. Changes are applied at the next `refresh`, after the
     executor has brought the counters of the jobs that changed up to date."""
 
+    _COLUMNS = ("submit", "need", "intervals", "_ran", "_attained", "_alive")  # one row per slot
+
     def __init__(self, jobs: JobTable) -> None:
         self.jobs = jobs
         self._ids: list[str] = []
@@ -260,7 +262,7 @@ class ActiveColumns:
 
     def _grow(self) -> None:
         size = 2 * len(self.submit)
-        for name in ("submit", "need", "intervals", "_ran", "_attained", "_alive"):
+        for name in self._COLUMNS:
             old = getattr(self, name)
             new = np.zeros((size, *old.shape[1:]), old.dtype)
             new[: len(old)] = old
@@ -296,7 +298,7 @@ class ActiveColumns:
     def _compact(self) -> None:
         """Drop the rows of finished jobs (the others keep their order)."""
         keep = np.flatnonzero(self._alive[: len(self._ids)])
-        for name in ("submit", "need", "intervals", "_ran", "_attained", "_alive"):
+        for name in self._COLUMNS:
             old = getattr(self, name)
             new = np.zeros_like(old)
             new[: len(keep)] = old[keep]
