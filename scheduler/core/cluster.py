@@ -270,13 +270,7 @@ class ClusterState:
                         best = (free, node)
                     break
         if best is not None:
-            node, taken = best[1], []
-            for gpu, occ in enumerate(self.occupants[node]):
-                if not occ:
-                    taken.append((node, gpu))
-                    if len(taken) == num_gpus:
-                        break
-            return tuple(taken)
+            return tuple(self.free_slots(best[1])[:num_gpus])
         # spread: the nodes with most free GPUs first (lowest index first among equals)
         slots: list[GpuSlot] = []
         most = max(len(self._by_free.get(t, [])) for t in types) - 1
