@@ -334,6 +334,37 @@ def allocate(jobs: Sequence[ElasticJob], total_gpus: int) -> Allocation:
 OWN_BEST_GAP = 1e-8
 
 
+def own_best_margin(best_sum: float) -> float:
+    """How far each job's own best must beat its next option for `solve` to answer with every
+    job's own best, given the sum of the jobs' bests (absolute values)."""
+    return OWN_BEST_GAP * (best_sum + np.finfo(float).tiny)
+
+
+@dataclass(frozen=True)
+class OwnBest:
+    """A job's own best option, as `_own_bests` picks it: its GPU count and batch (0 and 0 for
+    waiting when nothing beats it), the weighted samples/s there and by how much that beats the
+    job's next option (NaN when an option is NaN). `solve` answers with every job's own best
+    exactly when these fit on the cluster together and every margin exceeds `own_best_margin`:
+    a scheduler that keeps these per job can tell so without the jobs' option tables."""
+
+    gpus: int
+    batch: int
+    value: float
+    margin: float
+
+
+def own_best(job: ElasticJob, total_gpus: int) -> OwnBest:
+    """`job`'s own best option on `total_gpus` GPUs (`OwnBest`)."""
+    gpus, value, batch = _job_options(job, total_gpus, {})
+    if value.size == 0:  # it must run and cannot: `solve` raises
+        return OwnBest(0, 0, math.nan, math.nan)
+    best = value.max()  # NaN if any option is
+    first = int(np.argmax(value == best))  # the fewest GPUs among equals
+    second = np.delete(value, first).max(initial=-np.inf)
+    return OwnBest(int(gpus[first]), int(batch[first]), float(best), float(best - second))
+
+
 def _own_bests(options: _Options, total_gpus: int) -> np.ndarray | None:
     """Each job's best option (an index into `options`) when these fit on `total_gpus`
     together, else None. The objective is a sum over jobs, so then no allocation is better:
@@ -358,7 +389,7 @@ def _own_bests(options: _Options, total_gpus: int) -> np.ndarray | None:
     others = options.value.copy()
     others[chosen] = -np.inf
     second = np.maximum.reduceat(others, starts)  # -inf for a job of one option
-    margin = OWN_BEST_GAP * (float(np.abs(best).sum()) + np.finfo(float).tiny)
+    margin = own_best_margin(float(np.abs(best).sum()))
     if not (best - second > margin).all():  # an exact or near tie, or NaN: the DP decides
         return None
     return chosen

@@ -24,6 +24,8 @@ from perfcast.optimizer.elastic import (
     allocate_exhaustive,
     allocate_greedy,
     allocate_hull,
+    own_best,
+    own_best_margin,
     solve,
     total_throughput,
 )
@@ -96,6 +98,30 @@ def test_each_jobs_own_best_when_they_all_fit_is_the_dps_own_answer(case, room: 
     dp = _result(jobs, options, _chosen_at(options, _exact(options, total)))
     assert solve(jobs, total).allocation == dp
     assert solve(jobs, total, exact_cells=0).allocation == dp or _own_bests(options, total) is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(tiny_cases(), st.integers(0, 30))
+def test_own_best_of_each_job_tells_when_the_shortcut_answers(case, room: int) -> None:
+    """A scheduler keeping each job's `own_best` knows, without the option tables, when `solve`
+    answers with them (their GPUs fit and every margin clears `own_best_margin`) and what."""
+    jobs, total = case
+    total += room
+    options = _options(jobs, total)
+    try:
+        _check_minimums(jobs, options, total)
+    except InfeasibleAllocationError:
+        return
+    bests = [own_best(job, total) for job in jobs]
+    scale = math.fsum(abs(b.value) for b in bests)
+    fits = sum(b.gpus for b in bests) <= total and all(
+        b.margin > own_best_margin(scale) for b in bests
+    )
+    assert fits == (_own_bests(options, total) is not None)
+    if fits:
+        assert solve(jobs, total).allocation == {
+            job.job_id: (b.gpus, b.batch) for job, b in zip(jobs, bests, strict=True)
+        }
 
 
 def test_own_bests_answer_only_clear_winners_that_fit() -> None:

@@ -15,6 +15,7 @@ from perfcast.scheduler.core import ClusterSpec, ClusterState, Job, JobStatus, M
 from perfcast.scheduler.core.jobs import JobTable
 from perfcast.scheduler.core.loop import ConsolidatedPlacement, RoundContext, apply_decision
 from perfcast.scheduler.core.predictions import JobPredictor
+from perfcast.scheduler.facts.oracle import OracleBackend
 from perfcast.scheduler.policies import (
     PolicyOptionError,
     UnknownPolicyError,
@@ -23,7 +24,7 @@ from perfcast.scheduler.policies import (
     parse_policy_options,
     policy_names,
 )
-from perfcast.scheduler.policies.elastic import gpu_options, value
+from perfcast.scheduler.policies.elastic import ElasticPolicy, gpu_options, value
 from perfcast.scheduler.policies.gandiva import salus_fits
 from perfcast.scheduler.sim.engine import simulate
 from perfcast.scheduler.sim.metrics import job_table
@@ -262,6 +263,56 @@ def test_elastic_grows_jobs_onto_idle_gpus_within_their_bounds():
     }
     assert plan == {"grow": 4, "fixed": 1}
     assert gpu_options(jobs["grow"], 8) == [2, 4]
+
+
+class ReallocatingElastic(ElasticPolicy):
+    """Elastic re-allocating every job every round (as it did before `OwnBests`), counting
+    its rounds; `ElasticPolicy` must decide as it does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rounds = 0
+
+    def schedule(self, ctx):
+        self.rounds += 1
+        return self._reallocate(ctx, "v100") if ctx.jobs.active else []
+
+
+class CountingElastic(ElasticPolicy):
+    """Elastic counting the rounds that re-allocate (its own best did not fit every job)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reallocations = 0
+
+    def _reallocate(self, ctx, gpu_type):
+        self.reallocations += 1
+        return super()._reallocate(ctx, gpu_type)
+
+
+def test_elastic_decides_as_a_re_allocation_of_every_job_each_round():
+    # bursts of arrivals on 8 GPUs: rounds where every job's own best fits (no re-allocation)
+    # alternate with crowded ones where jobs are shrunk and grown back
+    rng = np.random.default_rng(7)
+    submit = np.cumsum(rng.exponential(np.where(np.arange(300) % 60 < 15, 40.0, 2000.0)))
+    rows = [
+        (f"j{i:03d}", float(t), str(rng.choice(["fast", "slow"])), int(rng.choice([1, 2, 4])),
+         float(rng.uniform(100, 1500)))
+        for i, t in enumerate(submit)
+    ]  # fmt: skip
+    workload = synthetic_workload(rows)
+    predictor = JobPredictor(
+        OracleBackend(workload.scaling, workload.interference, workload.jobs), gpus_per_node=4
+    )
+    spec = ClusterSpec.parse("2x4:v100")
+    fast, reference = CountingElastic(), ReallocatingElastic()
+    ends = []
+    for policy in (fast, reference):
+        jobs = simulate(workload, spec, policy, predictor=predictor).jobs.all
+        ends.append({j: (s.finish_s, s.resizes, s.preemptions) for j, s in jobs.items()})
+    assert ends[0] == ends[1]
+    assert sum(r for _, r, _ in ends[0].values()) > 0  # crowded rounds resized jobs
+    assert 0 < fast.reallocations < reference.rounds / 2  # most rounds took their own bests
 
 
 def search_workload(n_trials: int, deadline_s: float, scores: list[float]):
