@@ -332,12 +332,14 @@ def allocate(jobs: Sequence[ElasticJob], total_gpus: int) -> Allocation:
 # for `_own_bests` to answer: far above what rounding in the DP's sums can bridge (n * 2^-52
 # of that sum for n jobs: 2e-10 at a million jobs).
 OWN_BEST_GAP = 1e-8
+# read once: np.finfo costs microseconds a call, and a scheduler asks every round
+_TINY = float(np.finfo(float).tiny)
 
 
 def own_best_margin(best_sum: float) -> float:
     """How far each job's own best must beat its next option for `solve` to answer with every
     job's own best, given the sum of the jobs' bests (absolute values)."""
-    return OWN_BEST_GAP * (best_sum + np.finfo(float).tiny)
+    return OWN_BEST_GAP * (best_sum + _TINY)
 
 
 @dataclass(frozen=True)

@@ -84,6 +84,10 @@ class ElasticPolicy(SchedulingPolicy):
         # each active job's options, for the rounds that re-allocate (its key, the job)
         self._elastic: dict[str, tuple[ShapeKey, ElasticJob]] = {}
         self._index: OwnBests | None = None
+        # True after a round that left every job at its own best (none held off it): until a
+        # job arrives, completions only lower the bests' sums, so a round would decide nothing
+        # and the simulator skips it
+        self.idle_without_waiting = False
 
     def own_bests(self, ctx: RoundContext) -> OwnBests:
         """The index of `ctx`'s jobs and cluster, brought up to date."""
@@ -100,6 +104,7 @@ class ElasticPolicy(SchedulingPolicy):
             return []
         index = self.own_bests(ctx)
         moves = index.moves(self.min_gain)
+        self.idle_without_waiting = moves is not None and not index.off_best
         if moves is None:
             return self._reallocate(ctx, index.gpu_type)
         best = index.best
@@ -137,11 +142,19 @@ class ElasticPolicy(SchedulingPolicy):
     ) -> list[tuple[ShapeKey, Shape]]:
         """Each job's `ShapeKey` and `Shape`, the shapes not seen before built in one batch of
         predictions."""
+        known = self._shapes
+        keys = [shape_key(s, gpu_type, total) for s in states]
+        todo = {k: s for k, s in zip(keys, states, strict=True) if k not in known}
+        if todo:
+            self._build(todo, gpu_type, total, ctx)
+        return [(key, known[key]) for key in keys]
+
+    def _build(
+        self, todo: dict[ShapeKey, JobState], gpu_type: str, total: int, ctx: RoundContext
+    ) -> None:
         predictor = ctx.predictor
         if predictor is None:
             raise PerfcastError("elastic needs a prediction backend (--predictor)")
-        keys = [shape_key(s, gpu_type, total) for s in states]
-        todo = {k: s for k, s in zip(keys, states, strict=True) if k not in self._shapes}
         options: list[list[tuple[int, int]]] = []
         scaling: list[ScalingKey] = []
         for state in todo.values():
@@ -168,7 +181,6 @@ class ElasticPolicy(SchedulingPolicy):
                 ElasticJob("shape", throughput, max_gpus=max_gpus, weight=weight), total
             )
             self._shapes[key] = Shape(throughput, max_gpus, weight, best, _units(best.value))
-        return [(key, self._shapes[key]) for key in keys]
 
     def _elastic_jobs(
         self, states: list[JobState], gpu_type: str, total: int, ctx: RoundContext
