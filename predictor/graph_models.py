@@ -104,7 +104,9 @@ class GraphQuantileNet(BaseEstimator):
         target = torch.as_tensor((np.asarray(y) - self.y_mean_) / self.y_std_, dtype=torch.float32)
         model_class = _GNN if self.architecture == "gnn" else _RNN
         self.net_ = model_class(len(self.g_mean_), self.hidden)
-        optimizer = torch.optim.AdamW(self.net_.parameters(), lr=self.lr, weight_decay=1e-4)
+        optimizer = torch.optim.AdamW(  # fused: as QuantileMLP's
+            self.net_.parameters(), lr=self.lr, weight_decay=1e-4, fused=True
+        )
         scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, self.epochs)
         quantiles = torch.tensor(QUANTILES)
         batches = [
