@@ -92,7 +92,7 @@ class OpLatencyModel:
         # one binned table for every member: the bins use every row (far fewer than LightGBM's
         # 200,000-row sample), so they do not depend on the seed and the trees are the ones
         # separate fits grow; kept by the boosters, not written out and parsed back by each
-        data = lgb.Dataset(X, y, params={"verbose": -1}, free_raw_data=False)
+        data = lgb.Dataset(X, y, params={"verbose": -1})
         seeds = range(self.random_state, self.random_state + self.n_members)
         self.models_ = [
             lgb.train({**self._PARAMS, "seed": s}, data, self._ROUNDS, keep_training_booster=True)
