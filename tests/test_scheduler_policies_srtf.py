@@ -9,6 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scheduler_synthetic import synthetic_workload
+from scipy.stats import rankdata, spearmanr
 
 from perfcast.scheduler.core import ClusterSpec
 from perfcast.scheduler.core.predictions import JobPredictor
@@ -16,7 +17,9 @@ from perfcast.scheduler.policies import make_policy
 from perfcast.scheduler.policies.srtf_predicted import (
     Calibration,
     SrtfPredictedPolicy,
+    average_ranks,
     blended_order,
+    ranks_better_than_chance,
     trust_weights,
 )
 from perfcast.scheduler.sim.engine import simulate
@@ -124,3 +127,24 @@ def test_blended_order_is_tiresias_at_weight_zero_and_srtf_at_one():
     tiresias = blended_order(queues, remaining, np.zeros(4), submit)
     assert list(tiresias) == [0, 2, 1, 3]
     assert list(blended_order(queues, remaining, np.ones(4), submit)) == [1, 3, 0, 2]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(3, 200),
+    st.floats(-1.0, 1.0),
+    st.sampled_from([None, 0, 1]),
+    st.integers(0, 2**32 - 1),
+)
+def test_rank_test_is_scipys_spearman(n, slope, rounding, seed):
+    """The calibration's significance test decides as `scipy.stats.spearmanr` one-sided
+    p < 0.01 does (ties included: rounded values), with scipy's average ranks."""
+    rng = np.random.default_rng(seed)
+    actual = rng.normal(size=n)
+    predicted = slope * actual + rng.normal(size=n) * (1.0 - abs(slope))
+    if rounding is not None:
+        actual, predicted = np.round(actual, rounding), np.round(predicted, rounding)
+    assert np.array_equal(average_ranks(actual), rankdata(actual))
+    varied = np.ptp(actual) > 0 and np.ptp(predicted) > 0
+    expected = varied and spearmanr(actual, predicted, alternative="greater").pvalue < 0.01
+    assert ranks_better_than_chance(actual, predicted) == expected

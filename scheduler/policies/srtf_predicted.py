@@ -28,7 +28,7 @@ from array import array
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.stats import spearmanr
+from scipy.special import stdtr
 
 from perfcast.errors import PerfcastError
 from perfcast.scheduler.core.jobs import JobState, JobStatus, JobTable
@@ -61,10 +61,33 @@ class Calibration:
 
 def ranks_better_than_chance(actual: np.ndarray, predicted: np.ndarray) -> bool:
     """Whether `predicted` orders `actual` better than chance: Spearman's rank correlation
-    positive at one-sided p < 0.01 (a few dozen finished jobs can show 0.3 by luck)."""
+    positive at one-sided p < 0.01 (a few dozen finished jobs can show 0.3 by luck).
+
+    The statistic is `scipy.stats.spearmanr(actual, predicted, alternative="greater")`'s,
+    worked out with the same average ranks, correlation and Student-t tail, without its
+    per-call checks (a third of a calibration's cost, and one runs per completion)."""
     if np.ptp(predicted) <= 0 or np.ptp(actual) <= 0:
         return False
-    return bool(spearmanr(actual, predicted, alternative="greater").pvalue < SIGNIFICANCE)
+    rs = np.corrcoef(np.vstack((average_ranks(actual), average_ranks(predicted))))[1, 0]
+    dof = len(actual) - 2
+    with np.errstate(divide="ignore"):  # rs = 1 gives t = inf (p = 0), as in scipy
+        t = rs * np.sqrt(np.maximum(dof / ((rs + 1.0) * (1.0 - rs)), 0.0))
+    return bool(stdtr(dof, -t) < SIGNIFICANCE)
+
+
+def average_ranks(values: np.ndarray) -> np.ndarray:
+    """1-based ranks of `values`, ties given the mean of their ranks (`scipy.stats.rankdata`'s
+    `average` method)."""
+    n = len(values)
+    sorter = np.argsort(values)
+    ordered = values[sorter]
+    new = np.empty(n, bool)
+    new[0] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=new[1:])
+    dense = np.empty(n, np.intp)
+    dense[sorter] = np.cumsum(new)
+    count = np.append(np.flatnonzero(new), n)
+    return 0.5 * (count[dense] + count[dense - 1] + 1)
 
 
 def trust_weights(widths: np.ndarray, calibration: Calibration) -> np.ndarray:
@@ -165,7 +188,7 @@ class SrtfPredictedPolicy(TiresiasPolicy):
         if finished < self.min_finished:
             return Calibration(log_range(np.log(np.maximum(intervals[:, 1], _TINY))))
         if self._calibration is None or self._calibration[0] != finished:
-            ran, p50, width = (np.array(column, dtype=float) for column in self._outcomes)
+            ran, p50, width = (np.frombuffer(column) for column in self._outcomes)
             claimed, actual = float(np.median(width)), log_range(ran - p50)
             spread = log_range(ran)
             # a model that does not rank finished jobs better than chance says nothing
