@@ -82,19 +82,29 @@ def test_dp_matches_brute_force_and_beats_greedy(case: tuple[list[ElasticJob], i
     assert total_throughput(jobs, dp) >= total_throughput(jobs, greedy) - 1e-9
 
 
-@settings(max_examples=400, deadline=None)
-@given(tiny_cases(), st.integers(0, 30))
-def test_each_jobs_own_best_when_they_all_fit_is_the_dps_own_answer(case, room: int) -> None:
-    """`solve` skips the DP when every job's best option fits beside the others' (a lightly
-    loaded cluster): its allocation is then the DP's, ties included, on every tiny case (with
-    `room` GPUs more, so that the bests often fit)."""
+def _with_room(case: tuple[list[ElasticJob], int], room: int):
+    """A tiny case on `room` GPUs more, with its jobs' options: (jobs, GPUs, options), or None
+    where some job's minimum cannot be met."""
     jobs, total = case
     total += room
     options = _options(jobs, total)
     try:
         _check_minimums(jobs, options, total)
     except InfeasibleAllocationError:
+        return None
+    return jobs, total, options
+
+
+@settings(max_examples=400, deadline=None)
+@given(tiny_cases(), st.integers(0, 30))
+def test_each_jobs_own_best_when_they_all_fit_is_the_dps_own_answer(case, room: int) -> None:
+    """`solve` skips the DP when every job's best option fits beside the others' (a lightly
+    loaded cluster): its allocation is then the DP's, ties included, on every tiny case (with
+    `room` GPUs more, so that the bests often fit)."""
+    feasible = _with_room(case, room)
+    if feasible is None:
         return
+    jobs, total, options = feasible
     dp = _result(jobs, options, _chosen_at(options, _exact(options, total)))
     assert solve(jobs, total).allocation == dp
     assert solve(jobs, total, exact_cells=0).allocation == dp or _own_bests(options, total) is None
@@ -105,13 +115,10 @@ def test_each_jobs_own_best_when_they_all_fit_is_the_dps_own_answer(case, room: 
 def test_own_best_of_each_job_tells_when_the_shortcut_answers(case, room: int) -> None:
     """A scheduler keeping each job's `own_best` knows, without the option tables, when `solve`
     answers with them (their GPUs fit and every margin clears `own_best_margin`) and what."""
-    jobs, total = case
-    total += room
-    options = _options(jobs, total)
-    try:
-        _check_minimums(jobs, options, total)
-    except InfeasibleAllocationError:
+    feasible = _with_room(case, room)
+    if feasible is None:
         return
+    jobs, total, options = feasible
     bests = [own_best(job, total) for job in jobs]
     scale = math.fsum(abs(b.value) for b in bests)
     fits = sum(b.gpus for b in bests) <= total and all(
