@@ -34,7 +34,7 @@ def test_a_number_beyond_the_training_range_encodes_as_the_nearest_seen(train, q
     assert np.array_equal(encoder.transform(asked), encoder.transform(nearest))
 
 
-# held out in turn: the newest and the oldest NVIDIA GPUs of the table, a V100, and an AMD
+# held out together: the newest and the oldest NVIDIA GPUs of the table, a V100, and an AMD
 # one (every one of the ten took 390 s of a loaded CI run; these four are the spread of it)
 HELD_OUT_DEVICES = (
     "NVIDIA_H100_80GB_HBM3",
@@ -46,28 +46,26 @@ HELD_OUT_DEVICES = (
 
 @requires_data
 def test_fcn_on_gpus_it_never_saw_beats_the_roofline() -> None:
-    """Leave one GPU out, pooled: trained for all its epochs on the ~90 samples of the other
+    """Four GPUs left out at once: trained for all its epochs on the ~90 samples of the other
     GPUs, the network scored 33.7% against the roofline's 33.3% (now ~13%). It trains 30
-    epochs here (it keeps its best on held-out rows either way): 10.5% against the roofline's
-    36.7%, as at the default 300 (10.4%), at a tenth of the network's training time."""
+    epochs here (it keeps its best on held-out rows either way) on the GPUs none of the four
+    is: 11.2% against the roofline's 37.2%. Each left out in turn (four fits, four times the
+    training time) it was 10.5% against 36.7%: fewer GPUs to learn from cost the network
+    little."""
     graphs = datasets.load("neusight-graphs")
-    errors, roofline_errors = [], []
-    for device in HELD_OUT_DEVICES:
-        train, test = graphs[graphs["device"] != device], graphs[graphs["device"] == device]
-        truth = samples(test)["e2e_latency_ms"]
-        model = make_predictor("runtime", "fcn", epochs=30).fit(train)
-        predicted = model.predict_interval(test)["e2e_latency_ms"].reindex(truth.index)
-        X_train, log_train = sample_table(train)
-        measured = samples(train)["e2e_latency_ms"].reindex(X_train.index)
-        scale = np.median(measured / np.exp(log_train))  # the roofline's fitted efficiency
-        X_test, log_test = sample_table(test)
-        roofline = pd.Series(np.exp(log_test) * scale, index=X_test.index).reindex(truth.index)
-        errors.append(np.abs(predicted / truth - 1))
-        roofline_errors.append(np.abs(roofline / truth - 1))
-    fcn_error, roofline_error = (
-        np.mean(np.concatenate(errors)),
-        np.mean(np.concatenate(roofline_errors)),
-    )
+    held = graphs["device"].isin(HELD_OUT_DEVICES)
+    train, test = graphs[~held], graphs[held]
+    assert set(test["device"]) == set(HELD_OUT_DEVICES)
+    truth = samples(test)["e2e_latency_ms"]
+    model = make_predictor("runtime", "fcn", epochs=30).fit(train)
+    predicted = model.predict_interval(test)["e2e_latency_ms"].reindex(truth.index)
+    X_train, log_train = sample_table(train)
+    measured = samples(train)["e2e_latency_ms"].reindex(X_train.index)
+    scale = np.median(measured / np.exp(log_train))  # the roofline's fitted efficiency
+    X_test, log_test = sample_table(test)
+    roofline = pd.Series(np.exp(log_test) * scale, index=X_test.index).reindex(truth.index)
+    fcn_error = np.mean(np.abs(predicted / truth - 1))
+    roofline_error = np.mean(np.abs(roofline / truth - 1))
     assert fcn_error < 0.6 * roofline_error, (fcn_error, roofline_error)
 
 
