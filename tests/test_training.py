@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from perfcast import datasets
 from perfcast.cli import app
+from perfcast.predictor import runtime
 from perfcast.training import model_store
 
 pytestmark = requires_data
@@ -158,8 +159,10 @@ def test_a_graph_network_run_records_the_epochs_it_chose(
     tmp_path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """gbm-gnn picks its epochs on held-out devices inside the training rows; the run says
-    which, so a registered model can be traced to what it trained."""
+    which, so a registered model can be traced to what it trained. The choices here are a
+    few epochs each: what is recorded, not how well the network learns."""
     monkeypatch.setenv("PERFCAST_HOME", str(tmp_path))
+    monkeypatch.setattr(runtime, "EPOCH_CHOICES", (2, 3))
     graphs = datasets.load("neusight-graphs")
     ids = graphs["sample_id"].drop_duplicates()
     subset = graphs[graphs["sample_id"].isin(ids.iloc[::3])]  # ~35 samples, every device
@@ -171,7 +174,7 @@ def test_a_graph_network_run_records_the_epochs_it_chose(
     assert result.exit_code == 0, result.output
     run = MlflowClient().get_run(_last_json(result.output)["run_id"])
     assert run.data.params["model"] == "gbm-gnn"
-    assert run.data.params["chosen_epochs"] in {"20", "80"}
+    assert run.data.params["chosen_epochs"] in {"2", "3"}
 
 
 def test_the_store_follows_perfcast_home_and_a_users_tracking_uri_wins(
