@@ -4,6 +4,7 @@ suspend/resume, migration, resize and a killed worker."""
 from __future__ import annotations
 
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,8 @@ from perfcast.scheduler.core.jobs import JobTable
 from perfcast.scheduler.live.checkpoint import latest_checkpoint, load_checkpoint
 from perfcast.scheduler.live.executor import RayExecutor
 from perfcast.scheduler.live.hook import TrainingHook
-from perfcast.scheduler.live.nodes import WorkersStarting
+from perfcast.scheduler.live.nodes import NodeView, RayNode, WorkersStarting
+from perfcast.scheduler.live.pool import WorkerPool
 from perfcast.scheduler.live.reports import Failed, Finished
 from perfcast.scheduler.live.runner import core_job
 from perfcast.scheduler.live.spec import JobSpec
@@ -523,3 +525,57 @@ def test_a_launch_whose_workers_are_slow_or_fail_leaves_none_behind(tmp_path, mo
     finally:
         ex.shutdown()
         store.close()
+
+
+def test_orphans_idle_on_a_live_node_are_adopted_as_spares_the_rest_killed():
+    """The workers a killed scheduler left that no job names: the idle ones on a live node
+    become its successor's spares, up to `idle_per_node`; one running an attempt, one on a
+    node that left, and idle ones beyond the cap are killed; a worker a job names is left alone.
+    Stand-ins answer as the workers would (no torch in their processes)."""
+
+    @ray.remote(num_cpus=0)
+    class Orphan:
+        def __init__(self, busy: bool, node_id: str | None) -> None:
+            self.busy, self.node_id = busy, node_id or ray.get_runtime_context().get_node_id()
+
+        def status(self) -> dict:
+            return {"busy": self.busy}
+
+        def info(self) -> dict:
+            return {"node_id": self.node_id}
+
+    nodes = NodeView()
+    gone = RayNode("f" * 56, 4, "logical", alive=False)
+    nodes.nodes.append(gone)  # a node that left: its workers' processes are not to be kept
+    namespace = f"orphans-{uuid.uuid4().hex[:8]}"
+    orphans = {
+        name: Orphan.options(name=name, namespace=namespace, lifetime="detached").remote(*how)
+        for name, how in {
+            "idle-1": (False, None),
+            "idle-2": (False, None),
+            "busy": (True, None),
+            "gone-node": (False, gone.node_id),
+            "a-jobs": (True, None),
+        }.items()
+    }
+    pool = WorkerPool(nodes, namespace, idle_per_node=1)
+    try:
+        outcome = pool.kill_orphans(["a-jobs"])
+        assert len(outcome.adopted) == 1 and outcome.adopted[0] in ("idle-1", "idle-2")
+        assert sorted(outcome.killed) == sorted(
+            {"idle-1", "idle-2", "busy", "gone-node"} - set(outcome.adopted)
+        )
+        assert pool.take(0)[1] == outcome.adopted[0]  # a launch takes it, no new process
+        deadline = time.monotonic() + 60  # ray.kill is asynchronous
+        left = set(orphans)
+        while left != {*outcome.adopted, "a-jobs"} and time.monotonic() < deadline:
+            left = {
+                a["name"]
+                for a in ray.util.list_named_actors(all_namespaces=True)
+                if a["namespace"] == namespace
+            }
+            time.sleep(0.1)
+        assert left == {*outcome.adopted, "a-jobs"}
+    finally:
+        for worker in orphans.values():
+            ray.kill(worker, no_restart=True)

@@ -4,6 +4,7 @@ twice."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -28,7 +29,7 @@ def ray_cluster():
 
 
 # finished jobs' workers kept for the next launches: a new worker costs seconds of CPU (torch's
-# imports), and the kill leaves those of the first scheduler to its successor's orphan clean-up
+# imports); those of the first scheduler the kill leaves idle, its successor adopts as spares
 IDLE_WORKERS = 8
 
 
@@ -69,6 +70,7 @@ def test_restarted_scheduler_loses_no_job_and_runs_none_twice(tmp_path, policy, 
         time.sleep(0.1)
     first.kill()  # SIGKILL: no cleanup at all
     first.wait()
+    idle = _idle_orphans(store)
     before = {r.job_id: r for r in store.jobs()}
     logged = {job_id: len(store.events(job_id)) for job_id in before}
     assert "running" in {r.status for r in before.values()}
@@ -86,6 +88,7 @@ def test_restarted_scheduler_loses_no_job_and_runs_none_twice(tmp_path, policy, 
             moves = [e for e in after if e["kind"] in ("migrate", "resize")]
             assert store.job(job_id).attempt == old.attempt + len(moves), after
     _assert_recovered(store, before, logged)
+    _assert_adopted(store, idle)
 
 
 def _assert_recovered(store: JobStore, before: dict, logged: dict) -> None:
@@ -111,6 +114,35 @@ def _assert_recovered(store: JobStore, before: dict, logged: dict) -> None:
     assert namespace and not [
         a for a in ray.util.list_named_actors(all_namespaces=True) if a["namespace"] == namespace
     ]
+
+
+def _idle_orphans(store: JobStore) -> set[str]:
+    """Once the first scheduler is killed: the workers of its state that no job names and that
+    run nothing (the idle ones it kept for its next launches)."""
+    namespace = store.get_meta("ray_namespace")
+    named = {name for r in store.jobs() for name in r.workers}
+    names = [
+        a["name"]
+        for a in ray.util.list_named_actors(all_namespaces=True)
+        if a["namespace"] == namespace and a["name"] not in named
+    ]
+    refs = [ray.get_actor(name, namespace=namespace).status.remote() for name in names]
+    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=10) if refs else ([], [])
+    answers = {name: ray.get(ref) for name, ref in zip(names, refs, strict=True) if ref in ready}
+    return {name for name, status in answers.items() if not status["busy"]}
+
+
+def _assert_adopted(store: JobStore, idle: set[str]) -> None:
+    """The restarted scheduler kept the first one's idle workers (`idle`) as its spares, up to
+    IDLE_WORKERS on the one node, instead of killing them and starting new processes."""
+    details = [e["detail"] for e in store.events(kind="orphan workers")]
+    adopted = {
+        name for d in details for name in re.findall(r"worker-[0-9a-f]{12}", d.split(";")[0])
+    }
+    if len(idle) <= IDLE_WORKERS:
+        assert idle <= adopted, details
+    else:
+        assert len(adopted) == IDLE_WORKERS, details
 
 
 def _packed_or_resized(policy: str, store: JobStore) -> bool:
@@ -148,6 +180,7 @@ def test_restart_under_packing_and_elastic_policies(tmp_path, policy, count, gap
     assert first.poll() is None, first.stdout.read()[-3000:]  # killed mid-run, not after
     first.kill()
     first.wait()
+    idle = _idle_orphans(store)
     before = {r.job_id: r for r in store.jobs()}
     logged = {job_id: len(store.events(job_id)) for job_id in before}
     assert _packed_or_resized(policy, store)
@@ -159,3 +192,4 @@ def test_restart_under_packing_and_elastic_policies(tmp_path, policy, count, gap
     summary = json.loads(second.stdout.strip().splitlines()[-1])
     assert summary["finished"] == summary["jobs"] == count and summary["round_errors"] == 0
     _assert_recovered(store, before, logged)
+    _assert_adopted(store, idle)

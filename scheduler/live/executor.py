@@ -33,7 +33,7 @@ from perfcast.scheduler.core.jobs import JobTable
 from perfcast.scheduler.live.checkpoint import CheckpointError, CheckpointRef, latest_checkpoint
 from perfcast.scheduler.live.gang import RPC_TIMEOUT_S, WorkerGang
 from perfcast.scheduler.live.nodes import ExecutorError, NodeView, WorkersStarting
-from perfcast.scheduler.live.pool import WorkerPool
+from perfcast.scheduler.live.pool import OrphanWorkers, WorkerPool
 from perfcast.scheduler.live.reports import Failed, Finished, Lost, Progress, Report
 from perfcast.scheduler.live.reservations import GpuReservations
 from perfcast.scheduler.live.restarts import RestartBackoff
@@ -478,13 +478,24 @@ class RayExecutor:
         self.store.log(job_id, "reattach", f"attempt {record.attempt}")
         return True
 
-    def kill_orphans(self) -> int:
-        """Kill this scheduler's workers that no job in the store refers to, and remove its
-        placement groups of attempts no job runs (left by a crash)."""
+    def kill_orphans(self) -> OrphanWorkers:
+        """Deal with this scheduler's workers that no job in the store refers to (left by a
+        crash): the idle ones become spares of their node, the others are killed
+        (`WorkerPool.kill_orphans`); one "orphan workers" event names those adopted and counts
+        those killed. Remove its placement groups of attempts no job runs."""
         records = [r for r in self.store.jobs() if r.workers]
         adoptable = [self.reservations.name(r.job_id, r.attempt) for r in records]
         self.reservations.remove_orphans(adoptable)
-        return self.pool.kill_orphans(name for r in records for name in r.workers)
+        orphans = self.pool.kill_orphans(name for r in records for name in r.workers)
+        if orphans.adopted or orphans.killed:
+            adopted = f": {' '.join(orphans.adopted)}" if orphans.adopted else ""
+            self.store.log(
+                None,
+                "orphan workers",
+                f"{len(orphans.adopted)} idle adopted as spares{adopted}; "
+                f"{len(orphans.killed)} killed",
+            )
+        return orphans
 
     def warm_spares(self, timeout_s: float = RPC_TIMEOUT_S) -> None:
         """Start the spare workers and wait until they are up, so the next launches skip

@@ -1,5 +1,5 @@
-"""The worker processes: new ones pinned to their node, warm spares, and the clean-up of
-workers that no job refers to.
+"""The worker processes: new ones pinned to their node, warm spares, and the workers that no
+job refers to (idle ones become spares, the others are killed).
 
 Workers are named, detached Ray actors in the executor's namespace, so they outlive a crashed
 scheduler process; a restarted one finds them by name. Each scheduler state (its `JobStore`)
@@ -12,14 +12,19 @@ import uuid
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import ray
+from ray.exceptions import RayError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from perfcast.scheduler.live.gang import RPC_TIMEOUT_S, WorkerGang
 from perfcast.scheduler.live.nodes import NodeView
 from perfcast.scheduler.live.worker import TrainingWorker
+
+# how long a restarted scheduler waits for the orphans' answers; one still starting its process
+# (seconds of CPU, minutes on a loaded host) is killed instead of waited for
+ORPHAN_ANSWER_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -32,6 +37,13 @@ class Spare:
     def of(cls, worker: Any, name: str) -> Spare:
         """A spare of `worker`, asked for its first answer (`ready`) now."""
         return cls(worker, name, worker.info.remote())
+
+
+class OrphanWorkers(NamedTuple):
+    """What `WorkerPool.kill_orphans` did with the workers no job or spare names."""
+
+    adopted: list[str]  # idle: kept as spares
+    killed: list[str]
 
 
 class WorkerPool:
@@ -108,21 +120,44 @@ class WorkerPool:
         for worker, name, (node, _) in zip(gang.workers, gang.names, gang.gpus, strict=True):
             self._spares[node].append(Spare.of(worker, name))
 
-    def kill_orphans(self, known: Iterable[str]) -> int:
-        """Kill the workers of this namespace that neither `known` (the jobs' workers) nor
-        the spares name: those a crashed scheduler left behind."""
+    def kill_orphans(
+        self, known: Iterable[str], timeout_s: float = ORPHAN_ANSWER_S
+    ) -> OrphanWorkers:
+        """Deal with the workers of this namespace that neither `known` (the jobs' workers)
+        nor the spares name: those a crashed scheduler left behind. Each is asked for its
+        status and node, all at once, answers awaited up to `timeout_s` together. One that
+        answers, runs nothing and is on an alive node of the view is kept as a spare of that
+        node, up to `idle_per_node` spares there; every other one (running an attempt no job
+        records, not answering, on a node that left or that the view does not know, beyond
+        the cap) is killed."""
         keep = set(known) | {s.name for spares in self._spares.values() for s in spares}
-        orphans = [
-            a["name"]
-            for a in ray.util.list_named_actors(all_namespaces=True)
-            if a["namespace"] == self.namespace and a["name"] not in keep
-        ]
-        for name in orphans:
-            try:
-                ray.kill(ray.get_actor(name, namespace=self.namespace), no_restart=True)
-            except ValueError:  # gone meanwhile
-                continue
-        return len(orphans)
+        orphans: dict[str, Any] = {}
+        for actor in ray.util.list_named_actors(all_namespaces=True):
+            if actor["namespace"] == self.namespace and actor["name"] not in keep:
+                try:
+                    orphans[actor["name"]] = self.find(actor["name"])
+                except ValueError:  # gone meanwhile
+                    continue
+        asked = {name: (w.status.remote(), w.info.remote()) for name, w in orphans.items()}
+        refs = [ref for pair in asked.values() for ref in pair]
+        answered = (
+            set(ray.wait(refs, num_returns=len(refs), timeout=timeout_s)[0]) if refs else set()
+        )
+        alive = {
+            node_id: node
+            for node, node_id in enumerate(self.nodes.node_ids)
+            if node not in self.nodes.dead
+        }
+        adopted, killed = [], []
+        for name, worker in orphans.items():
+            node = _idle_on(asked[name], answered, alive)
+            if node is not None and len(self._spares[node]) < self.idle_per_node:
+                self._spares[node].append(Spare.of(worker, name))
+                adopted.append(name)
+            else:
+                ray.kill(worker, no_restart=True)
+                killed.append(name)
+        return OrphanWorkers(adopted, killed)
 
     def find(self, name: str) -> Any:
         """The handle of a named worker of this namespace (ValueError if there is none)."""
@@ -143,3 +178,16 @@ class WorkerPool:
             scheduling_strategy=NodeAffinitySchedulingStrategy(self.nodes.ray_id(node), soft=False),
         ).remote(self.worker_threads)
         return worker, name
+
+
+def _idle_on(refs: tuple[Any, Any], answered: set[Any], alive: dict[str, int]) -> int | None:
+    """The core node of an orphan whose (status, info) answers are `refs`, if both came
+    (`answered`), it runs nothing, and its Ray node is one of `alive` (Ray node id -> core
+    node); else None."""
+    if not all(ref in answered for ref in refs):
+        return None
+    try:
+        status, info = ray.get(list(refs))
+    except RayError:  # its process died
+        return None
+    return None if status["busy"] else alive.get(info["node_id"])
