@@ -252,3 +252,22 @@ def test_an_operator_hold_survives_a_restart_of_the_scheduler(tmp_path):
     store, runner = start()  # the resume cleared the hold: fifo runs a again
     assert statuses(store, runner) == {"a": "running", "b": "running"}
     store.close()
+
+
+def test_spares_are_started_only_after_the_predecessors_idle_workers_are_adopted():
+    """`run-trace` and `cluster serve` on a restarted state: the idle workers the killed
+    scheduler left become spares before any new worker process is started for the spares (a
+    new one would fill the node's idle cap, and the adoptable ones would be killed)."""
+    from perfcast.scheduler.live.cli import _warm_spares
+
+    calls = []
+
+    class Recording:
+        def kill_orphans(self):
+            calls.append("adopt")
+
+        def warm_spares(self):
+            calls.append("start spares")
+
+    _warm_spares(Recording())
+    assert calls == ["adopt", "start spares"]

@@ -141,9 +141,11 @@ DEFAULT_PREDICTOR_URL = "http://127.0.0.1:8000"
 def _warm_spares(executor: RayExecutor) -> None:
     """Start the spare workers and wait for them, but only as long as an RPC: on a busy host a
     process start can take minutes, and a launch can take a spare still starting, so the
-    scheduler goes on without them rather than failing."""
+    scheduler goes on without them rather than failing. On a restarted state the idle workers
+    its predecessor left are adopted first: only the spares still missing are started."""
     from ray.exceptions import GetTimeoutError
 
+    executor.kill_orphans()
     try:
         executor.warm_spares()
     except GetTimeoutError:
