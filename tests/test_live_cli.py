@@ -197,7 +197,7 @@ class StoreOnlyExecutor:
     def poll(self):
         return []
 
-    def kill_orphans(self):
+    def reclaim_orphans(self):
         return 0
 
     def reattach(self, job_id):
@@ -263,7 +263,7 @@ def test_spares_are_started_only_after_the_predecessors_idle_workers_are_adopted
     calls = []
 
     class Recording:
-        def kill_orphans(self):
+        def reclaim_orphans(self):
             calls.append("adopt")
 
         def warm_spares(self):

@@ -560,7 +560,7 @@ def test_orphans_idle_on_a_live_node_are_adopted_as_spares_the_rest_killed():
     }
     pool = WorkerPool(nodes, namespace, idle_per_node=1)
     try:
-        outcome = pool.kill_orphans(["a-jobs"])
+        outcome = pool.reclaim_orphans(["a-jobs"])
         assert len(outcome.adopted) == 1 and outcome.adopted[0] in ("idle-1", "idle-2")
         assert sorted(outcome.killed) == sorted(
             {"idle-1", "idle-2", "busy", "gone-node"} - set(outcome.adopted)

@@ -145,7 +145,7 @@ def _warm_spares(executor: RayExecutor) -> None:
     its predecessor left are adopted first: only the spares still missing are started."""
     from ray.exceptions import GetTimeoutError
 
-    executor.kill_orphans()
+    executor.reclaim_orphans()
     try:
         executor.warm_spares()
     except GetTimeoutError:

@@ -478,15 +478,15 @@ class RayExecutor:
         self.store.log(job_id, "reattach", f"attempt {record.attempt}")
         return True
 
-    def kill_orphans(self) -> OrphanWorkers:
+    def reclaim_orphans(self) -> OrphanWorkers:
         """Deal with this scheduler's workers that no job in the store refers to (left by a
         crash): the idle ones become spares of their node, the others are killed
-        (`WorkerPool.kill_orphans`); one "orphan workers" event names those adopted and counts
+        (`WorkerPool.reclaim_orphans`); one "orphan workers" event names those adopted and counts
         those killed. Remove its placement groups of attempts no job runs."""
         records = [r for r in self.store.jobs() if r.workers]
         adoptable = [self.reservations.name(r.job_id, r.attempt) for r in records]
         self.reservations.remove_orphans(adoptable)
-        orphans = self.pool.kill_orphans(name for r in records for name in r.workers)
+        orphans = self.pool.reclaim_orphans(name for r in records for name in r.workers)
         if orphans.adopted or orphans.killed:
             adopted = f": {' '.join(orphans.adopted)}" if orphans.adopted else ""
             self.store.log(

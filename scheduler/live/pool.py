@@ -40,7 +40,7 @@ class Spare:
 
 
 class OrphanWorkers(NamedTuple):
-    """What `WorkerPool.kill_orphans` did with the workers no job or spare names."""
+    """What `WorkerPool.reclaim_orphans` did with the workers no job or spare names."""
 
     adopted: list[str]  # idle: kept as spares
     killed: list[str]
@@ -120,7 +120,7 @@ class WorkerPool:
         for worker, name, (node, _) in zip(gang.workers, gang.names, gang.gpus, strict=True):
             self._spares[node].append(Spare.of(worker, name))
 
-    def kill_orphans(
+    def reclaim_orphans(
         self, known: Iterable[str], timeout_s: float = ORPHAN_ANSWER_S
     ) -> OrphanWorkers:
         """Deal with the workers of this namespace that neither `known` (the jobs' workers)

@@ -160,7 +160,7 @@ class LiveRunner:
         counts = {"done": 0, "failed": 0, "reattached": 0, "restarted": 0, "pending": 0}
         reattached = []
         now = self.now()
-        self.executor.kill_orphans()
+        self.executor.reclaim_orphans()
         for record in self.store.jobs():
             if record.submit_time_s > now:
                 continue
