@@ -129,6 +129,10 @@ class ClusterState:
             heaps += [[] for _ in range(size + 1 - len(heaps))]
             heaps[size].append(node)  # nodes come in increasing order: a heap
             self._free_of_type[gpu_type] = self._free_of_type.get(gpu_type, 0) + size
+        self._types: list[str] = list(self._by_free)  # every GPU type, in node order
+        # each node's buckets and heaps (its type's), so a move looks up no type
+        self._node_buckets: list[list[set[int]]] = [self._by_free[t] for t in self.node_type]
+        self._node_heaps: list[list[list[int]]] = [self._lowest[t] for t in self.node_type]
         self._watchers: list[Callable[[str, tuple[GpuSlot, ...]], None]] = []
 
     def watch(self, callback: Callable[[str, tuple[GpuSlot, ...]], None]) -> None:
@@ -140,19 +144,18 @@ class ClusterState:
         self._watchers.remove(callback)
 
     def _move(self, node: int, delta: int) -> None:
-        gpu_type = self.node_type[node]
-        buckets = self._by_free[gpu_type]
+        buckets = self._node_buckets[node]
         free = self.free_per_node[node]
         buckets[free].discard(node)
         free += delta
         self.free_per_node[node] = free
         bucket = buckets[free]
         bucket.add(node)
-        heap = self._lowest[gpu_type][free]
+        heap = self._node_heaps[node][free]
         heapq.heappush(heap, node)
         if len(heap) > 2 * len(bucket) + 32:  # mostly entries of nodes that left: rebuilt
             heap[:] = sorted(bucket)
-        self._free_of_type[gpu_type] += delta
+        self._free_of_type[self.node_type[node]] += delta
 
     def _lowest_node(self, gpu_type: str, free: int, exclude: int | None) -> int | None:
         """The lowest-numbered node of `gpu_type` with exactly `free` free GPUs, other than
@@ -186,7 +189,7 @@ class ClusterState:
 
     def nodes_with_free_gpus(self, gpu_type: str | None = None) -> list[int]:
         """The nodes with at least one free GPU (of `gpu_type`), in no particular order."""
-        types = [gpu_type] if gpu_type is not None else list(self._by_free)
+        types = [gpu_type] if gpu_type is not None else self._types
         return [n for t in types for bucket in self._by_free.get(t, [])[1:] for n in bucket]
 
     def largest_free(
@@ -194,7 +197,7 @@ class ClusterState:
     ) -> list[int]:
         """The `count` largest numbers of free GPUs on one node (of `gpu_type`, not in
         `exclude`), largest first; fewer when fewer nodes have free GPUs."""
-        types = [gpu_type] if gpu_type is not None else list(self._by_free)
+        types = [gpu_type] if gpu_type is not None else self._types
         found: list[int] = []
         top = max((len(self._by_free.get(t, ())) for t in types), default=1) - 1
         for free in range(top, 0, -1):
@@ -255,15 +258,20 @@ class ClusterState:
         is not used."""
         if num_gpus <= 0:
             return ()
-        types = [gpu_type] if gpu_type is not None else list(self._by_free)
-        available = sum(self._free_of_type.get(t, 0) for t in types)
+        if gpu_type is None:
+            types, available = self._types, self.free_gpus
+        else:
+            types, available = [gpu_type], self._free_of_type.get(gpu_type, 0)
         if exclude is not None and self.node_type[exclude] in types:
             available -= self.free_per_node[exclude]
         if available < num_gpus:
             return None
         best: tuple[int, int] | None = None  # (free GPUs, node) of the best-fitting node
         for t in types:
-            for free in range(num_gpus, len(self._by_free.get(t, ()))):
+            buckets = self._by_free.get(t, [])
+            for free in range(num_gpus, len(buckets)):
+                if not buckets[free]:  # no node with exactly that many free GPUs
+                    continue
                 node = self._lowest_node(t, free, exclude)
                 if node is not None:
                     if best is None or (free, node) < best:
