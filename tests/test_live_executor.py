@@ -530,15 +530,19 @@ def test_a_launch_whose_workers_are_slow_or_fail_leaves_none_behind(tmp_path, mo
 def test_orphans_idle_on_a_live_node_are_adopted_as_spares_the_rest_killed():
     """The workers a killed scheduler left that no job names: the idle ones on a live node
     become its successor's spares, up to `idle_per_node`; one running an attempt, one on a
-    node that left, and idle ones beyond the cap are killed; a worker a job names is left alone.
-    Stand-ins answer as the workers would (no torch in their processes)."""
+    node that left, one that does not answer in time (said as such), and idle ones beyond the
+    cap are killed; a worker a job names is left alone. Stand-ins answer as the workers would
+    (no torch in their processes)."""
 
     @ray.remote(num_cpus=0)
     class Orphan:
-        def __init__(self, busy: bool, node_id: str | None) -> None:
+        def __init__(self, busy: bool, node_id: str | None, stuck: bool = False) -> None:
             self.busy, self.node_id = busy, node_id or ray.get_runtime_context().get_node_id()
+            self.stuck = stuck
 
         def status(self) -> dict:
+            if self.stuck:  # a worker that cannot answer in time (a host starving it)
+                time.sleep(60)
             return {"busy": self.busy}
 
         def info(self) -> dict:
@@ -555,15 +559,19 @@ def test_orphans_idle_on_a_live_node_are_adopted_as_spares_the_rest_killed():
             "idle-2": (False, None),
             "busy": (True, None),
             "gone-node": (False, gone.node_id),
+            "stuck": (False, None, True),
             "a-jobs": (True, None),
         }.items()
     }
     pool = WorkerPool(nodes, namespace, idle_per_node=1)
     try:
-        outcome = pool.reclaim_orphans(["a-jobs"])
+        # up before they are asked: a process start on a loaded host outlasts the 10 s wait
+        ray.get([orphan.info.remote() for orphan in orphans.values()], timeout=600)
+        outcome = pool.reclaim_orphans(["a-jobs"], timeout_s=5)
+        assert outcome.silent == ["stuck"]
         assert len(outcome.adopted) == 1 and outcome.adopted[0] in ("idle-1", "idle-2")
         assert sorted(outcome.killed) == sorted(
-            {"idle-1", "idle-2", "busy", "gone-node"} - set(outcome.adopted)
+            {"idle-1", "idle-2", "busy", "gone-node", "stuck"} - set(outcome.adopted)
         )
         assert pool.take(0)[1] == outcome.adopted[0]  # a launch takes it, no new process
         deadline = time.monotonic() + 60  # ray.kill is asynchronous

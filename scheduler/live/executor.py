@@ -33,7 +33,7 @@ from perfcast.scheduler.core.jobs import JobTable
 from perfcast.scheduler.live.checkpoint import CheckpointError, CheckpointRef, latest_checkpoint
 from perfcast.scheduler.live.gang import RPC_TIMEOUT_S, WorkerGang
 from perfcast.scheduler.live.nodes import ExecutorError, NodeView, WorkersStarting
-from perfcast.scheduler.live.pool import OrphanWorkers, WorkerPool
+from perfcast.scheduler.live.pool import ORPHAN_ANSWER_S, OrphanWorkers, WorkerPool
 from perfcast.scheduler.live.reports import Failed, Finished, Lost, Progress, Report
 from perfcast.scheduler.live.reservations import GpuReservations
 from perfcast.scheduler.live.restarts import RestartBackoff
@@ -489,11 +489,17 @@ class RayExecutor:
         orphans = self.pool.reclaim_orphans(name for r in records for name in r.workers)
         if orphans.adopted or orphans.killed:
             adopted = f": {' '.join(orphans.adopted)}" if orphans.adopted else ""
+            silent = (
+                f" ({len(orphans.silent)} gave no answer in {ORPHAN_ANSWER_S:g} s: "
+                f"{' '.join(orphans.silent)})"
+                if orphans.silent
+                else ""
+            )
             self.store.log(
                 None,
                 "orphan workers",
                 f"{len(orphans.adopted)} idle adopted as spares{adopted}; "
-                f"{len(orphans.killed)} killed",
+                f"{len(orphans.killed)} killed{silent}",
             )
         return orphans
 

@@ -44,6 +44,7 @@ class OrphanWorkers(NamedTuple):
 
     adopted: list[str]  # idle: kept as spares
     killed: list[str]
+    silent: list[str]  # of those killed, the ones that did not answer in time
 
 
 class WorkerPool:
@@ -149,6 +150,7 @@ class WorkerPool:
             if node not in self.nodes.dead
         }
         adopted, killed = [], []
+        silent = [name for name, pair in asked.items() if not all(r in answered for r in pair)]
         for name, worker in orphans.items():
             node = _idle_on(asked[name], answered, alive)
             if node is not None and len(self._spares[node]) < self.idle_per_node:
@@ -157,7 +159,7 @@ class WorkerPool:
             else:
                 ray.kill(worker, no_restart=True)
                 killed.append(name)
-        return OrphanWorkers(adopted, killed)
+        return OrphanWorkers(adopted, killed, silent)
 
     def find(self, name: str) -> Any:
         """The handle of a named worker of this namespace (ValueError if there is none)."""
