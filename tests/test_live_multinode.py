@@ -23,7 +23,7 @@ from perfcast.scheduler.live.checkpoint import latest_checkpoint, load_checkpoin
 from perfcast.scheduler.live.executor import RayExecutor
 from perfcast.scheduler.live.hook import TrainingHook
 from perfcast.scheduler.live.local_cluster import LocalCluster, use_token, wait_for_nodes
-from perfcast.scheduler.live.nodes import ExecutorError
+from perfcast.scheduler.live.nodes import ExecutorError, WorkersStarting
 from perfcast.scheduler.live.reports import Finished
 from perfcast.scheduler.live.runner import LiveRunner
 from perfcast.scheduler.live.spec import JobSpec
@@ -94,6 +94,19 @@ def runner(cluster, executor):
     return runner
 
 
+def run_once_up(ex: RayExecutor, job_id: str, gpus: tuple, batch: int) -> None:
+    """`ex.run`, tried again while its workers are still starting, as the runner does: a
+    launch whose processes are not up within its RPC wait keeps them as spares for the next
+    (a loaded host starts a process in minutes)."""
+    deadline = time.monotonic() + 600
+    while True:
+        try:
+            return ex.run(job_id, gpus, batch, "exclusive")
+        except WorkersStarting:
+            if time.monotonic() > deadline:
+                raise
+
+
 def groups() -> dict[str, dict]:
     """Ray's placement groups by name (removed ones left out)."""
     return {v["name"]: v for v in placement_group_table().values() if v["state"] != "REMOVED"}
@@ -143,8 +156,8 @@ def test_jobs_across_two_raylets_reserve_their_gpus_and_migrate(
 
     for job_id in ("wide", "solo"):
         executor.store.add_job(job_id, WATCHED.model_dump(), 0.0)
-    executor.run("wide", ((0, 0), (1, 0)), 32, "exclusive")  # one worker per raylet, gloo
-    executor.run("solo", ((1, 1),), 32, "exclusive")
+    run_once_up(executor, "wide", ((0, 0), (1, 0)), 32)  # one worker per raylet, gloo
+    run_once_up(executor, "solo", ((1, 1),), 32)
     assert worker_nodes(executor, "wide") == [head, second]
     assert worker_nodes(executor, "solo") == [second]
     by_name = groups()
