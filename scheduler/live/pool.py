@@ -152,7 +152,7 @@ class WorkerPool:
         adopted, killed = [], []
         silent = [name for name, pair in asked.items() if not all(r in answered for r in pair)]
         for name, worker in orphans.items():
-            node = _idle_on(asked[name], answered, alive)
+            node = None if name in silent else _idle_on(asked[name], alive)
             if node is not None and len(self._spares[node]) < self.idle_per_node:
                 self._spares[node].append(Spare.of(worker, name))
                 adopted.append(name)
@@ -182,12 +182,9 @@ class WorkerPool:
         return worker, name
 
 
-def _idle_on(refs: tuple[Any, Any], answered: set[Any], alive: dict[str, int]) -> int | None:
-    """The core node of an orphan whose (status, info) answers are `refs`, if both came
-    (`answered`), it runs nothing, and its Ray node is one of `alive` (Ray node id -> core
-    node); else None."""
-    if not all(ref in answered for ref in refs):
-        return None
+def _idle_on(refs: tuple[Any, Any], alive: dict[str, int]) -> int | None:
+    """The core node of an orphan whose (status, info) answers, both come, are `refs`, if it
+    runs nothing and its Ray node is one of `alive` (Ray node id -> core node); else None."""
     try:
         status, info = ray.get(list(refs))
     except RayError:  # its process died
