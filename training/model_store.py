@@ -280,7 +280,10 @@ def load_champion(task: str) -> Champion | None:
             where = shown(_local(uri))
             raise ChampionIntegrityError(task, str(version.version), where, recorded)
         try:
-            model = mlflow.pyfunc.load_model(str(files))
+            # MLflow's own check of the model's pip requirements against this environment
+            # scans every installed distribution (~2 s of CPU, once per process); the format
+            # tag above is the check that matters, the requirement is only perfcast itself
+            model = mlflow.pyfunc.load_model(str(files), suppress_warnings=True)
             predictor = model.unwrap_python_model().predictor
             _canary(predictor, files)
         except Exception as err:  # a corrupt artifact: anything unpickling can raise
