@@ -175,8 +175,7 @@ def _step_and_sync(app: str, num_replicas: int, local_bsz: int) -> tuple[float, 
     nodes = [GPUS_PER_NODE] * full + ([rest] if rest else [])
     rotation = min(tuple(nodes[i:] + nodes[:i]) for i in range(len(nodes)))
     placement = "".join(map(str, rotation))
-    placed = _placements(app)
-    rows = placed[placed["placement"] == placement].sort_values("local_bsz")
+    rows = _placement_curve(app, placement)
     if len(rows):
         step = np.interp(local_bsz, rows["local_bsz"], rows["step_time"], left=np.nan, right=np.nan)
         sync = np.interp(local_bsz, rows["local_bsz"], rows["sync_time"], left=np.nan, right=np.nan)
@@ -185,6 +184,14 @@ def _step_and_sync(app: str, num_replicas: int, local_bsz: int) -> tuple[float, 
     return float(step), float(sync)
 
 
+@cache
+def _placement_curve(app: str, placement: str) -> pd.DataFrame:
+    """The measured step and sync times of `app` at `placement`, by local batch size."""
+    placed = _placements(app)
+    return placed[placed["placement"] == placement].sort_values("local_bsz")
+
+
+@cache  # the workload files repeat a few sizes: 7,680 jobs, far fewer distinct runs
 def _estimated_run(app: str, num_replicas: int, batch_size: int) -> tuple[float, int]:
     """Seconds and iterations to train `app` for its epochs at this size (Pollux's estimate)."""
     local_bsz = math.ceil(batch_size / num_replicas)
