@@ -144,6 +144,8 @@ class ClusterState:
         self._watchers.remove(callback)
 
     def _move(self, node: int, delta: int) -> None:
+        """`delta` GPUs of `node` taken (negative) or freed (positive): its free count, its
+        best-fit bucket and its type's free count follow."""
         buckets = self._node_buckets[node]
         free = self.free_per_node[node]
         buckets[free].discard(node)
@@ -156,6 +158,7 @@ class ClusterState:
         if len(heap) > 2 * len(bucket) + 32:  # mostly entries of nodes that left: rebuilt
             heap[:] = sorted(bucket)
         self._free_of_type[self.node_type[node]] += delta
+        self.free_gpus += delta
 
     def _lowest_node(self, gpu_type: str, free: int, exclude: int | None) -> int | None:
         """The lowest-numbered node of `gpu_type` with exactly `free` free GPUs, other than
@@ -215,27 +218,41 @@ class ClusterState:
 
     def allocate(self, job_id: str, slots: tuple[GpuSlot, ...]) -> None:
         """Put `job_id` on `slots` (shared slots are allowed: the caller decided to share)."""
+        occupants, move = self.occupants, self._move
+        node_of_run, run = -1, 0  # a run of newly taken GPUs on one node: one move for it
         for node, gpu in slots:
-            occ = self.occupants[node][gpu]
+            occ = occupants[node][gpu]
             if not occ:
-                self._move(node, -1)
-                self.free_gpus -= 1
+                if node != node_of_run:
+                    if run:
+                        move(node_of_run, -run)
+                    node_of_run, run = node, 0
+                run += 1
             else:
                 self._shared.add((node, gpu))
             occ.append(job_id)
+        if run:
+            move(node_of_run, -run)
         self.placements += len(slots)
         for callback in self._watchers:
             callback(job_id, slots)
 
     def release(self, job_id: str, slots: tuple[GpuSlot, ...]) -> None:
+        occupants, move = self.occupants, self._move
+        node_of_run, run = -1, 0  # a run of freed GPUs on one node: one move for it
         for node, gpu in slots:
-            occ = self.occupants[node][gpu]
+            occ = occupants[node][gpu]
             occ.remove(job_id)
             if not occ:
-                self._move(node, +1)
-                self.free_gpus += 1
+                if node != node_of_run:
+                    if run:
+                        move(node_of_run, run)
+                    node_of_run, run = node, 0
+                run += 1
             elif len(occ) == 1:
                 self._shared.discard((node, gpu))
+        if run:
+            move(node_of_run, run)
         self.placements -= len(slots)
         for callback in self._watchers:
             callback(job_id, slots)

@@ -43,8 +43,10 @@ class Schedule(list[Allocation]):
     jobs left out are suspended); with `keep_running` it lists only jobs to start or resize
     and every running job not listed keeps its GPUs, so a round costs only what changes."""
 
+    __slots__ = ("keep_running",)  # one per round: no instance dict to build
+
     def __init__(self, allocations: Iterable[Allocation] = (), *, keep_running: bool = False):
-        super().__init__(allocations)
+        list.__init__(self, allocations)  # not super(): half the cost of a round's answer
         self.keep_running = keep_running
 
 
@@ -108,7 +110,7 @@ def start_what_fits(ctx: RoundContext) -> Schedule:
 
 def apply_decision(decision: Decision, cluster: ClusterState, jobs: JobTable, now: float) -> None:
     """The only place where decisions change cluster and job state."""
-    state = jobs[decision.job_id]
+    state = jobs.all[decision.job_id]
     if isinstance(decision, Run):
         if state.status is JobStatus.RUNNING or state.status is JobStatus.DONE:
             raise ValueError(f"cannot run job {state.job_id}: it is {state.status.value}")

@@ -91,7 +91,9 @@ class Accounting:
         line = self.timeline
         busy, queued = line.gpus_busy, line.jobs_waiting
         if not busy or busy[-1] != busy_gpus or queued[-1] != waiting:
-            line.append(t, busy_gpus, waiting)
+            line.time_s.append(t)
+            busy.append(busy_gpus)
+            queued.append(waiting)
 
 
 class SimulationError(RuntimeError):
@@ -123,10 +125,12 @@ class SimulatedExecutor:
         for decision in decisions:
             job_id = decision.job_id
             state = states[job_id]
-            self.sync(state, now)
             touched.add(job_id)
             record = running.get(job_id)
-            if record is not None:
+            if record is None:
+                state.synced_s = now  # holds no GPUs: nothing to bring up to date
+            else:
+                self.sync(state, now)
                 slots.update(record.slots)
             if isinstance(decision, Suspend):
                 del running[job_id]
@@ -151,12 +155,12 @@ class SimulatedExecutor:
                 if other not in touched:
                     self.sync(states[other], now)
                     touched.add(other)
-        for job_id in sorted(touched):
+        for job_id in sorted(touched) if len(touched) > 1 else touched:
             record = running.get(job_id)
             if record is not None:
                 state = states[job_id]
                 record.rate = self.true_rate(state, jobs)
-                self._schedule_completion(state, now)
+                self._schedule_completion(state, now, record)
 
     # --- progress ---------------------------------------------------------------------------
     def sync(self, state: JobState, now: float) -> None:
@@ -187,17 +191,19 @@ class SimulatedExecutor:
 
     def true_rate(self, state: JobState, jobs: JobTable) -> float:
         """Samples/s of a job on its GPUs: measured step time, slowed by sharing."""
-        job, n = state.job, state.num_gpus
-        gpu_type = self._gpu_type[state.gpus[0][0]]
+        job, gpus = state.job, state.gpus
+        n = len(gpus)
+        gpu_type = self._gpu_type[gpus[0][0]]
         app = goodput.application(job.job_type) if job.statistical else None
         if app is not None:
-            per_node = Counter(node for node, _ in state.gpus)
+            per_node = Counter(node for node, _ in gpus)
             placement = tuple(per_node[node] for node in sorted(per_node))
             solo = app.rate(placement, state.batch_size, state.samples_done)
         else:
             solo = self.workload.scaling.throughput(job.job_type, gpu_type, n, state.batch_size)
         factor, on_gpu = 1.0, self.cluster.occupants
-        for node, gpu in state.gpus:
+        # a GPU of its own everywhere (the usual case) leaves the factor at 1
+        for node, gpu in () if self.cluster.alone(gpus) else gpus:
             occupants = on_gpu[node][gpu]
             if len(occupants) == 1:
                 continue
@@ -248,6 +254,8 @@ class SimulatedExecutor:
         """Drop a job's record; its GPU neighbours are brought up to `now` and get new rates
         at the next `refresh`."""
         record = self.running.pop(state.job_id)
+        if self.cluster.alone(record.slots):  # no neighbour on any of its GPUs
+            return
         for node, gpu in record.slots:
             for other in self.cluster.occupants[node][gpu]:
                 if other != state.job_id and other in self.running:
@@ -257,29 +265,35 @@ class SimulatedExecutor:
     def refresh(self, jobs: JobTable, now: float) -> None:
         """New rates for the jobs whose GPU neighbours left (call after releasing GPUs)."""
         for job_id in sorted(self._after_release):
-            if job_id in self.running:
-                self.running[job_id].rate = self.true_rate(jobs[job_id], jobs)
-                self._schedule_completion(jobs[job_id], now)
+            record = self.running.get(job_id)
+            if record is not None:
+                record.rate = self.true_rate(jobs.all[job_id], jobs)
+                self._schedule_completion(jobs.all[job_id], now, record)
         self._after_release.clear()
 
-    def _schedule_completion(self, state: JobState, now: float) -> None:
-        record = self.running[state.job_id]
+    def _schedule_completion(self, state: JobState, now: float, record: _Running) -> None:
+        """Queue the job's next event (its completion, or the end of its epoch) at the rate of
+        `record`, its entry in `running`."""
         self._seq += 1
-        record.version = self._seq  # older events of this job, from any run, are now stale
-        if record.rate <= 0:
+        seq = record.version = self._seq  # older events of this job, from any run, are stale
+        rate = record.rate
+        if rate <= 0:
             return
-        start = max(now, record.busy_until)
-        target = state.job.total_samples
-        app = goodput.application(state.job.job_type) if state.job.statistical else None
+        busy = record.busy_until
+        start = busy if busy > now else now
+        job = state.job
+        target = job.total_samples
+        app = goodput.application(job.job_type) if job.statistical else None
         if app is not None:  # the rate changes with the epoch: an event at its end
             target = min(target, app.next_boundary(state.samples_done))
-        finish = start + max(target - state.samples_done, 0.0) / record.rate
+        left = target - state.samples_done
+        finish = start + (0.0 if left < 0.0 else left) / rate  # NaN stays NaN
         if not math.isfinite(finish):
             raise RateError(
-                f"job {state.job_id} ({state.job.job_type}) on {state.num_gpus} GPU(s): its "
-                f"completion time is {finish} (rate {record.rate} samples/s)"
+                f"job {state.job_id} ({job.job_type}) on {state.num_gpus} GPU(s): its "
+                f"completion time is {finish} (rate {rate} samples/s)"
             )
-        heapq.heappush(self.events, (finish, self._seq, state.job_id, record.version))
+        heapq.heappush(self.events, (finish, seq, state.job_id, seq))
 
     def next_completion(self) -> float | None:
         events, running = self.events, self.running
@@ -298,14 +312,18 @@ class SimulatedExecutor:
         events, due = self.events, now + _EPS
         if not events or events[0][0] > due:  # every event, stale or not, is later
             return done
-        while (when := self.next_completion()) is not None and when <= due:
-            _, _, job_id, _ = heapq.heappop(events)
-            state = jobs.all[job_id]
+        running, states, pop = self.running, jobs.all, heapq.heappop
+        while events and events[0][0] <= due:
+            _, _, job_id, version = pop(events)
+            record = running.get(job_id)
+            if record is None or record.version != version:
+                continue  # stale: an event of an earlier rate or run
+            state = states[job_id]
             if state.job.statistical and state.remaining_samples > _work_tolerance(state):
                 self.sync(state, now)
                 if state.remaining_samples > _work_tolerance(state):
-                    self.running[job_id].rate = self.true_rate(state, jobs)
-                    self._schedule_completion(state, now)
+                    record.rate = self.true_rate(state, jobs)
+                    self._schedule_completion(state, now, record)
                     continue
             done.append(job_id)
         return done
@@ -392,10 +410,11 @@ def simulate(
     stops = getattr(policy.stopped, "__func__", None) is not SchedulingPolicy.stopped
     wakes = getattr(policy.next_wakeup, "__func__", None) is not SchedulingPolicy.next_wakeup
     table = loop.jobs
+    total_gpus, next_completion = cluster.total_gpus, executor.next_completion
     while finished < total:
         # the earliest of the next arrival, completion, wake-up and tick
         t = jobs[arrived].submit_time_s if arrived < total else None
-        for when in (executor.next_completion(), timer, tick):
+        for when in (next_completion(), timer, tick):
             if when is not None and (t is None or when < t):
                 t = when
         if t is None:
@@ -403,7 +422,7 @@ def simulate(
             raise RuntimeError(f"simulation stalled at {now:.0f}s with jobs waiting: {stuck}")
         if t < now:
             t = now
-        busy = cluster.used_gpus()
+        busy = total_gpus - cluster.free_gpus
         acc.record(now, busy, table.num_waiting)
         acc.placement_gpu_s += cluster.placements * (t - now)
         acc.busy_gpu_s += busy * (t - now)
