@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from perfcast.scheduler.core.cluster import ClusterState, GpuSlot
 from perfcast.scheduler.core.decisions import Decision, Migrate, Resize, Run, Suspend
@@ -24,11 +24,11 @@ log = logging.getLogger(__name__)
 _QUANTUM_EPS = 1e-6  # a round at exactly the end of a quantum may preempt (float rounding)
 
 
-@dataclass(frozen=True, slots=True)
-class Allocation:
+class Allocation(NamedTuple):
     """A policy's wish for one job this round: `num_gpus` GPUs at global `batch_size`.
     `share_with` asks to put it on the GPUs of that job (Gandiva packing or time-slicing);
-    `gpu_type` restricts the GPU type (None: any)."""
+    `gpu_type` restricts the GPU type (None: any). An immutable record, a named tuple as the
+    decisions are (`decisions.py`): one is built per job a round lists."""
 
     job_id: str
     num_gpus: int
