@@ -70,11 +70,12 @@ class OpLatencyModel:
         X = table.drop(columns=[*_NOT_FEATURES, "latency_ms"], errors="ignore")
         return X.assign(op=pd.Categorical(X["op"], categories=self.ops_))
 
-    # LightGBM's own names for what the scikit-learn wrapper called n_estimators=300,
-    # subsample=0.8 every round, colsample_bytree=0.8, min_child_samples=10 (same trees)
+    # LightGBM's names: subsample=0.8 every round, colsample_bytree=0.8, min_child_samples=10.
+    # 150 rounds at 0.1: stage 1 is sixteen of these fits, and 300 at 0.05 cost twice the CPU
+    # for the same error on a GPU left out (docs/BENCHMARKS.md, runtime)
     _PARAMS: ClassVar[dict[str, object]] = {
         "objective": "regression",
-        "learning_rate": 0.05,
+        "learning_rate": 0.1,
         "num_leaves": 31,
         "min_child_samples": 10,
         "subsample": 0.8,
@@ -83,7 +84,7 @@ class OpLatencyModel:
         "num_threads": 1,  # small tables; OpenMP threads fight torch's pool on two cores
         "verbose": -1,
     }
-    _ROUNDS = 300
+    _ROUNDS = 150
 
     def fit(self, table: pd.DataFrame) -> Self:
         table = table[table["latency_ms"] > 0]
