@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import select
 import socket
 import time
 
@@ -107,13 +108,7 @@ def test_connections_past_the_limit_push_out_the_idle_ones(models) -> None:
             for client in clients:  # each keeps its connection open: each one pushes one out
                 assert client.post(PREDICT, json={"rows": [ROW]}).status_code == 200
             time.sleep(0.2)
-            answers = []
-            for sock in idle:
-                sock.settimeout(0.5)
-                try:
-                    answers.append(sock.recv(4096))
-                except TimeoutError:
-                    answers.append(None)  # still open
+            answers = _answers(idle, quiet_s=0.5)
             for client in clients:
                 client.close()
         finally:
@@ -125,6 +120,18 @@ def test_connections_past_the_limit_push_out_the_idle_ones(models) -> None:
     assert refused == [*range(5), *range(32, 48)], answers
     assert all(b"retry-after: 1" in answers[i] for i in refused)
     assert answers[5:32] == [None] * 27, answers
+
+
+def _answers(socks: list[socket.socket], quiet_s: float) -> list[bytes | None]:
+    """What each socket received (b"": closed), None for those still silent once `quiet_s`
+    passed with nothing new: all waited on at once, not one after another."""
+    answers: dict[socket.socket, bytes | None] = dict.fromkeys(socks)
+    pending = list(socks)
+    while pending and (readable := select.select(pending, [], [], quiet_s)[0]):
+        for sock in readable:
+            answers[sock] = sock.recv(4096)
+            pending.remove(sock)
+    return [answers[sock] for sock in socks]
 
 
 async def _burst(port: int, count: int, body: bytes) -> list[tuple[int, bytes]]:
