@@ -1,4 +1,4 @@
-"""Jobs: what was submitted (`Job`, immutable) and where it stands (`JobState`, mutable).
+"""Jobs: what was submitted (`Job`, never changed) and where it stands (`JobState`, mutable).
 
 Work is counted in training samples, so a job's progress rate is its global batch size over its
 step time, whatever GPUs and batch size it runs with; a resize changes the rate, not the work.
@@ -24,9 +24,12 @@ class JobStatus(enum.Enum):
     DONE = "done"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)
 class Job:
-    """One submitted job.
+    """One submitted job. Nothing assigns to a job once built (tests/test_simulator_records.py
+    runs every policy on jobs that refuse assignment); it is not a frozen dataclass because a
+    large trace builds a million of them, and a frozen `__init__` (each field set through
+    `object.__setattr__`) takes three times as long. Hashed by its fields, as a frozen one.
 
     `job_type` names a measured model (the `job` column of the scaling tables), so its true step
     times, scaling and interference come from measured data. `num_gpus` and `batch_size` are what
