@@ -70,6 +70,11 @@ class Job:
         return self.score * (1 - math.exp(-k * min(progress, 1.0))) / (1 - math.exp(-k))
 
 
+# JobStatus's members as module names for the hot paths: in Python 3.11 reading an attribute
+# of an enum class goes through EnumType.__getattr__'s slot (~130 ns; a global ~10 ns)
+_DONE, _RUNNING = JobStatus.DONE, JobStatus.RUNNING
+
+
 @dataclass(slots=True)
 class JobState:
     """A job's progress and placement, updated by the loop (placement) and the executor
@@ -111,13 +116,13 @@ class JobState:
 
     def attained_at(self, now: float) -> float:
         """GPU-seconds held up to `now` (counters are brought up to date lazily)."""
-        if self.status is JobStatus.RUNNING:
+        if self.status is _RUNNING:
             return self.attained_gpu_s + len(self.gpus) * (now - self.synced_s)
         return self.attained_gpu_s
 
     def run_time_at(self, now: float) -> float:
         """Wall seconds held up to `now`."""
-        if self.status is JobStatus.RUNNING:
+        if self.status is _RUNNING:
             return self.run_time_s + (now - self.synced_s)
         return self.run_time_s
 
@@ -172,9 +177,9 @@ class JobTable:
                 del self._by_size[need]
             self._waiting_gpus -= need
         state.status = status
-        if status is JobStatus.RUNNING:
+        if status is _RUNNING:
             self._running[job_id] = state
-        elif status is JobStatus.DONE:
+        elif status is _DONE:
             self.active.pop(job_id, None)
         else:
             self._start_waiting(state)
@@ -189,7 +194,7 @@ class JobTable:
 
     def finish(self, job_id: str, now: float) -> JobState:
         state = self.active[job_id]
-        self.set_status(state, JobStatus.DONE)
+        self.set_status(state, _DONE)
         state.finish_s = now
         return state
 

@@ -411,6 +411,13 @@ def simulate(
     wakes = getattr(policy.next_wakeup, "__func__", None) is not SchedulingPolicy.next_wakeup
     table = loop.jobs
     total_gpus, next_completion = cluster.total_gpus, executor.next_completion
+    # the integrals and the timeline's last point kept in locals (stored in `acc` at the end):
+    # `Accounting.record`'s test inline, with the same float additions in the same order
+    placement_gpu_s, busy_gpu_s = acc.placement_gpu_s, acc.busy_gpu_s
+    line = acc.timeline
+    line_time, line_busy, line_waiting = line.time_s, line.gpus_busy, line.jobs_waiting
+    last_busy = line_busy[-1] if line_busy else None
+    last_waiting = line_waiting[-1] if line_waiting else None
     while finished < total:
         # the earliest of the next arrival, completion, wake-up and tick
         t = jobs[arrived].submit_time_s if arrived < total else None
@@ -423,9 +430,14 @@ def simulate(
         if t < now:
             t = now
         busy = total_gpus - cluster.free_gpus
-        acc.record(now, busy, table.num_waiting)
-        acc.placement_gpu_s += cluster.placements * (t - now)
-        acc.busy_gpu_s += busy * (t - now)
+        waiting = table.num_waiting
+        if busy != last_busy or waiting != last_waiting:
+            line_time.append(now)
+            line_busy.append(busy)
+            line_waiting.append(waiting)
+            last_busy, last_waiting = busy, waiting
+        placement_gpu_s += cluster.placements * (t - now)
+        busy_gpu_s += busy * (t - now)
         now = t
         completed = executor.pop_completions(now, table)
         for job_id in completed:
@@ -453,7 +465,7 @@ def simulate(
                     on_progress(finished, total)
                 continue
             tick = None
-        if policy.idle_without_waiting and not loop.jobs.num_waiting:
+        if policy.idle_without_waiting and not table.num_waiting:  # may change each round
             timer = None  # nothing to decide until a job arrives (an event of its own)
             if on_progress:
                 on_progress(finished, total)
@@ -478,6 +490,7 @@ def simulate(
             tick, timer = next_tick(timer), None
         if on_progress:
             on_progress(finished, total)
+    acc.placement_gpu_s, acc.busy_gpu_s = placement_gpu_s, busy_gpu_s
     acc.record(now, cluster.used_gpus(), loop.jobs.num_waiting)
     makespan = now - (jobs[0].submit_time_s if jobs else 0.0)
     stats = dict(getattr(policy, "stats", {}))  # e.g. Gandiva's packed and time-sliced starts
