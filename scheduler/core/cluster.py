@@ -295,7 +295,9 @@ class ClusterState:
                         best = (free, node)
                     break
         if best is not None:
-            return tuple(self.free_slots(best[1])[:num_gpus])
+            node = best[1]
+            on_node = self.occupants[node]
+            return tuple([(node, g) for g, occ in enumerate(on_node) if not occ][:num_gpus])
         # spread: the nodes with most free GPUs first (lowest index first among equals)
         slots: list[GpuSlot] = []
         most = max(len(self._by_free.get(t, [])) for t in types) - 1

@@ -301,7 +301,7 @@ class SchedulingLoop:
 
     def round(self, now: float) -> list[Decision]:
         """One scheduling round: policy, placement, then the executor acts on the decisions."""
-        ctx = self.context(now)
+        ctx = RoundContext(now, self.cluster, self.jobs, self.predictor)  # `context`, inline
         schedule = self.hold_quantum(self.policy.schedule(ctx), ctx)
         self.placement.place(schedule, ctx)
         if self.min_run_s > 0:

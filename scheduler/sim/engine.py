@@ -119,6 +119,8 @@ class SimulatedExecutor:
 
     # --- the Executor protocol -------------------------------------------------------------
     def apply(self, decisions: Sequence[Decision], jobs: JobTable, now: float) -> None:
+        if len(decisions) == 1 and self._start_alone(decisions[0], jobs, now):
+            return
         touched: set[str] = set()
         slots: set[GpuSlot] = set()  # GPUs whose occupants changed
         states, running = jobs.all, self.running
@@ -137,9 +139,7 @@ class SimulatedExecutor:
                 continue
             slots.update(decision.gpus)
             if isinstance(decision, Run):
-                resumed = state.preemptions > 0 or state.samples_done > 0
-                delay = self.costs.restart_s if resumed else self.costs.start_s
-                running[job_id] = _Running(decision.gpus, 0.0, now + delay)
+                running[job_id] = self._started(state, decision, now)
             elif record is not None:
                 delay = self.costs.migrate_s
                 if isinstance(decision, Resize):
@@ -161,6 +161,28 @@ class SimulatedExecutor:
                 state = states[job_id]
                 record.rate = self.true_rate(state, jobs)
                 self._schedule_completion(state, now, record)
+
+    def _started(self, state: JobState, run: Run, now: float) -> _Running:
+        """The record of a job (re)started by `run`: it pays the start or restart first."""
+        resumed = state.preemptions > 0 or state.samples_done > 0
+        delay = self.costs.restart_s if resumed else self.costs.start_s
+        return _Running(run.gpus, 0.0, now + delay)
+
+    def _start_alone(self, decision: Decision, jobs: JobTable, now: float) -> bool:
+        """A round's only decision when it starts a job on GPUs no other job holds (the usual
+        round), carried out without `apply`'s sets of touched jobs and GPUs: it has no
+        neighbour to re-rate. False, doing nothing, for any other decision."""
+        job_id = decision.job_id
+        if not isinstance(decision, Run) or job_id in self.running:
+            return False
+        if not self.cluster.alone(decision.gpus):
+            return False
+        state = jobs.all[job_id]
+        state.synced_s = now  # held no GPUs: nothing to bring up to date
+        record = self.running[job_id] = self._started(state, decision, now)
+        record.rate = self.true_rate(state, jobs)
+        self._schedule_completion(state, now, record)
+        return True
 
     # --- progress ---------------------------------------------------------------------------
     def sync(self, state: JobState, now: float) -> None:
