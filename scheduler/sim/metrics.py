@@ -32,6 +32,15 @@ def job_table(result: SimResult) -> pd.DataFrame:
     def numbers(rows: list[Any], name: str, dtype: type) -> np.ndarray:
         return np.fromiter(map(attrgetter(name), rows), dtype, n)
 
+    def maybe(rows: list[Any], name: str) -> np.ndarray | list[Any]:
+        """A column of floats or None as floats, None as NaN: what pandas infers from the list
+        (`pd.to_numeric` too), without its pass over the objects; all None stays a list
+        (pandas makes that an object column)."""
+        values = listed(rows, name)
+        if all(v is None for v in values):
+            return values
+        return np.array(values, dtype=float)
+
     # column by column: a million jobs as a list of row tuples would hold every figure as a
     # Python object twice over (the tuples, then pandas's object array); the columns that are
     # never missing straight into typed arrays (pandas would convert a list again), each read
@@ -44,28 +53,29 @@ def job_table(result: SimResult) -> pd.DataFrame:
         "job_type": listed(specs, "job_type"),
         "num_gpus": numbers(specs, "num_gpus", np.int64),
         "submit_s": numbers(specs, "submit_time_s", float),
-        "start_s": listed(done, "first_start_s"),
-        "finish_s": listed(done, "finish_s"),
+        "start_s": maybe(done, "first_start_s"),
+        "finish_s": maybe(done, "finish_s"),
         "duration_s": numbers(specs, "duration_s", float),
         "preemptions": numbers(done, "preemptions", np.int64),
         "migrations": numbers(done, "migrations", np.int64),
         "resizes": numbers(done, "resizes", np.int64),
         "gpu_s": numbers(done, "attained_gpu_s", float),
         "overhead_gpu_s": numbers(done, "overhead_gpu_s", float),
-        "deadline_s": listed(specs, "deadline_s"),
+        "deadline_s": np.array(listed(specs, "deadline_s"), dtype=float),
         "completed": samples >= total * (1 - 1e-9),
         "progress": samples / total,
         "group": listed(specs, "group"),
-        "metric": [
-            job.metric_at(s.samples_done / job.total_samples) if score else None
-            for s, job, score in zip(done, specs, scores, strict=True)
-        ]
-        if any(scores)
-        else [None] * n,
+        "metric": np.array(
+            [
+                job.metric_at(s.samples_done / job.total_samples) if score else None
+                for s, job, score in zip(done, specs, scores, strict=True)
+            ]
+            if any(scores)
+            else np.full(n, np.nan),
+            dtype=float,
+        ),
     }
     df = pd.DataFrame(columns)
-    df["deadline_s"] = pd.to_numeric(df["deadline_s"]).astype(float)
-    df["metric"] = pd.to_numeric(df["metric"]).astype(float)
     df["jct_s"] = df["finish_s"] - df["submit_s"]
     df["queue_s"] = df["start_s"] - df["submit_s"]
     df["ftf"] = df["jct_s"] / df["duration_s"]
