@@ -443,9 +443,13 @@ def simulate(
     while finished < total:
         # the earliest of the next arrival, completion, wake-up and tick
         t = jobs[arrived].submit_time_s if arrived < total else None
-        for when in (next_completion(), timer, tick):
-            if when is not None and (t is None or when < t):
-                t = when
+        when = next_completion()
+        if when is not None and (t is None or when < t):
+            t = when
+        if timer is not None and (t is None or timer < t):
+            t = timer
+        if tick is not None and (t is None or tick < t):
+            t = tick
         if t is None:
             stuck = [s.job_id for s in table.active.values()][:5]
             raise RuntimeError(f"simulation stalled at {now:.0f}s with jobs waiting: {stuck}")
