@@ -29,6 +29,8 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from threadpoolctl import threadpool_limits
+
 from perfcast.errors import PerfcastError
 from perfcast.scheduler.core.cluster import ClusterSpec, ClusterState, GpuSlot
 from perfcast.scheduler.core.decisions import Decision, Resize, Run, Suspend
@@ -388,7 +390,18 @@ def no_cycle_collection() -> Iterator[None]:
             gc.enable()
 
 
+@contextmanager
+def one_blas_thread() -> Iterator[None]:
+    """numpy's and scipy's BLAS on one thread for the block. A run's numerics are tiny (Pollux's
+    fits of a few parameters per job): a second BLAS thread computed nothing and spun, doubling
+    the CPU of a run on two idle cores (Pollux's workload-5, 79 s of work: 153 s of CPU) and more
+    on a busy machine."""
+    with threadpool_limits(limits=1, user_api="blas"):
+        yield
+
+
 @no_cycle_collection()
+@one_blas_thread()
 def simulate(
     workload: Workload,
     spec: ClusterSpec,
