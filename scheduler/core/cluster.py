@@ -218,41 +218,33 @@ class ClusterState:
 
     def allocate(self, job_id: str, slots: tuple[GpuSlot, ...]) -> None:
         """Put `job_id` on `slots` (shared slots are allowed: the caller decided to share)."""
-        occupants, move = self.occupants, self._move
-        node_of_run, run = -1, 0  # a run of newly taken GPUs on one node: one move for it
+        occupants = self.occupants
+        taken: dict[int, int] = {}  # newly taken GPUs per node: one move for each node
         for node, gpu in slots:
             occ = occupants[node][gpu]
             if not occ:
-                if node != node_of_run:
-                    if run:
-                        move(node_of_run, -run)
-                    node_of_run, run = node, 0
-                run += 1
+                taken[node] = taken.get(node, 0) + 1
             else:
                 self._shared.add((node, gpu))
             occ.append(job_id)
-        if run:
-            move(node_of_run, -run)
+        for node, count in taken.items():
+            self._move(node, -count)
         self.placements += len(slots)
         for callback in self._watchers:
             callback(job_id, slots)
 
     def release(self, job_id: str, slots: tuple[GpuSlot, ...]) -> None:
-        occupants, move = self.occupants, self._move
-        node_of_run, run = -1, 0  # a run of freed GPUs on one node: one move for it
+        occupants = self.occupants
+        freed: dict[int, int] = {}  # GPUs left empty per node: one move for each node
         for node, gpu in slots:
             occ = occupants[node][gpu]
             occ.remove(job_id)
             if not occ:
-                if node != node_of_run:
-                    if run:
-                        move(node_of_run, run)
-                    node_of_run, run = node, 0
-                run += 1
+                freed[node] = freed.get(node, 0) + 1
             elif len(occ) == 1:
                 self._shared.discard((node, gpu))
-        if run:
-            move(node_of_run, run)
+        for node, count in freed.items():
+            self._move(node, count)
         self.placements -= len(slots)
         for callback in self._watchers:
             callback(job_id, slots)
@@ -295,9 +287,7 @@ class ClusterState:
                         best = (free, node)
                     break
         if best is not None:
-            node = best[1]
-            on_node = self.occupants[node]
-            return tuple([(node, g) for g, occ in enumerate(on_node) if not occ][:num_gpus])
+            return tuple(self.free_slots(best[1])[:num_gpus])
         # spread: the nodes with most free GPUs first (lowest index first among equals)
         slots: list[GpuSlot] = []
         most = max(len(self._by_free.get(t, [])) for t in types) - 1

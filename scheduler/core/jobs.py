@@ -24,6 +24,12 @@ class JobStatus(enum.Enum):
     DONE = "done"
 
 
+# JobStatus's members as module names for the hot paths (imported by the loop and the
+# policies): in Python 3.11 reading an attribute of an enum class goes through
+# EnumType.__getattr__'s slot (~130 ns; a global ~10 ns)
+RUNNING, SUSPENDED, DONE = JobStatus.RUNNING, JobStatus.SUSPENDED, JobStatus.DONE
+
+
 @dataclass(slots=True, unsafe_hash=True)
 class Job:
     """One submitted job. Nothing assigns to a job once built (tests/test_simulator_records.py
@@ -70,11 +76,6 @@ class Job:
         return self.score * (1 - math.exp(-k * min(progress, 1.0))) / (1 - math.exp(-k))
 
 
-# JobStatus's members as module names for the hot paths: in Python 3.11 reading an attribute
-# of an enum class goes through EnumType.__getattr__'s slot (~130 ns; a global ~10 ns)
-_DONE, _RUNNING = JobStatus.DONE, JobStatus.RUNNING
-
-
 @dataclass(slots=True)
 class JobState:
     """A job's progress and placement, updated by the loop (placement) and the executor
@@ -116,13 +117,13 @@ class JobState:
 
     def attained_at(self, now: float) -> float:
         """GPU-seconds held up to `now` (counters are brought up to date lazily)."""
-        if self.status is _RUNNING:
+        if self.status is RUNNING:
             return self.attained_gpu_s + len(self.gpus) * (now - self.synced_s)
         return self.attained_gpu_s
 
     def run_time_at(self, now: float) -> float:
         """Wall seconds held up to `now`."""
-        if self.status is _RUNNING:
+        if self.status is RUNNING:
             return self.run_time_s + (now - self.synced_s)
         return self.run_time_s
 
@@ -177,9 +178,9 @@ class JobTable:
                 del self._by_size[need]
             self._waiting_gpus -= need
         state.status = status
-        if status is _RUNNING:
+        if status is RUNNING:
             self._running[job_id] = state
-        elif status is _DONE:
+        elif status is DONE:
             self.active.pop(job_id, None)
         else:
             self._start_waiting(state)
@@ -194,7 +195,7 @@ class JobTable:
 
     def finish(self, job_id: str, now: float) -> JobState:
         state = self.active[job_id]
-        self.set_status(state, _DONE)
+        self.set_status(state, DONE)
         state.finish_s = now
         return state
 

@@ -15,11 +15,15 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 from perfcast.scheduler.core.cluster import ClusterState, GpuSlot
 from perfcast.scheduler.core.decisions import Decision, Migrate, Resize, Run, Suspend
 from perfcast.scheduler.core.executor import Executor
-from perfcast.scheduler.core.jobs import Job, JobState, JobStatus, JobTable, Share
-
-# JobStatus's members as module names: reading one off the enum class costs ~130 ns in Python
-# 3.11 (EnumType.__getattr__'s slot), a module global ~10 ns
-_DONE, _RUNNING, _SUSPENDED = JobStatus.DONE, JobStatus.RUNNING, JobStatus.SUSPENDED
+from perfcast.scheduler.core.jobs import (
+    DONE,
+    RUNNING,
+    SUSPENDED,
+    Job,
+    JobState,
+    JobTable,
+    Share,
+)
 
 if TYPE_CHECKING:
     from perfcast.scheduler.core.predictions import JobPredictor
@@ -116,22 +120,22 @@ def apply_decision(decision: Decision, cluster: ClusterState, jobs: JobTable, no
     """The only place where decisions change cluster and job state."""
     state = jobs.all[decision.job_id]
     if isinstance(decision, Run):
-        if state.status is _RUNNING or state.status is _DONE:
+        if state.status is RUNNING or state.status is DONE:
             raise ValueError(f"cannot run job {state.job_id}: it is {state.status.value}")
         cluster.allocate(state.job_id, decision.gpus)
-        jobs.set_status(state, _RUNNING)
+        jobs.set_status(state, RUNNING)
         state.gpus = decision.gpus
         state.batch_size, state.share = decision.batch_size, decision.share
         if state.first_start_s is None:
             state.first_start_s = now
         state.last_start_s = now
         return
-    if state.status is not _RUNNING:
+    if state.status is not RUNNING:
         action = type(decision).__name__.lower()
         raise ValueError(f"cannot {action} job {state.job_id}: not running")
     cluster.release(state.job_id, state.gpus)
     if isinstance(decision, Suspend):
-        jobs.set_status(state, _SUSPENDED)
+        jobs.set_status(state, SUSPENDED)
         state.gpus, state.share = (), "exclusive"
         state.preemptions += 1
         return
@@ -206,7 +210,7 @@ class ConsolidatedPlacement:
 
     def place(self, schedule: Sequence[Allocation], ctx: RoundContext) -> None:
         jobs = ctx.jobs.all
-        running = _RUNNING
+        running = RUNNING
         keep = isinstance(schedule, Schedule) and schedule.keep_running
         if not keep:
             wanted_ids = {a.job_id for a in schedule}
@@ -247,7 +251,7 @@ class ConsolidatedPlacement:
     def slots_for(self, alloc: Allocation, ctx: RoundContext) -> tuple[GpuSlot, ...] | None:
         if alloc.share_with is not None:
             host = ctx.jobs[alloc.share_with]
-            if host.status is _RUNNING and host.num_gpus == alloc.num_gpus:
+            if host.status is RUNNING and host.num_gpus == alloc.num_gpus:
                 return host.gpus
             return None
         return ctx.cluster.find_free(alloc.num_gpus, alloc.gpu_type)
@@ -301,7 +305,7 @@ class SchedulingLoop:
 
     def round(self, now: float) -> list[Decision]:
         """One scheduling round: policy, placement, then the executor acts on the decisions."""
-        ctx = RoundContext(now, self.cluster, self.jobs, self.predictor)  # `context`, inline
+        ctx = self.context(now)
         schedule = self.hold_quantum(self.policy.schedule(ctx), ctx)
         self.placement.place(schedule, ctx)
         if self.min_run_s > 0:
@@ -338,7 +342,7 @@ class SchedulingLoop:
         held = []
         for job_id in dropped:
             state, started = self.jobs.all[job_id], recent[job_id]
-            if state.status is not _RUNNING or state.last_start_s != started:
+            if state.status is not RUNNING or state.last_start_s != started:
                 continue  # suspended or finished since, or restarted outside the loop
             held.append(Allocation(job_id, state.num_gpus, state.batch_size, state.share))
             until = started + self.min_run_s

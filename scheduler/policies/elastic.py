@@ -27,14 +27,10 @@ from dataclasses import dataclass
 from perfcast.errors import PerfcastError
 from perfcast.optimizer.elastic import ElasticJob, OwnBest, allocate, own_best, own_best_margin
 from perfcast.scheduler.core.cluster import ClusterState, GpuSlot
-from perfcast.scheduler.core.jobs import JobState, JobStatus, JobTable
+from perfcast.scheduler.core.jobs import DONE, RUNNING, JobState, JobTable
 from perfcast.scheduler.core.loop import Allocation, RoundContext, Schedule, SchedulingPolicy
 from perfcast.scheduler.core.predictions import ScalingKey
 from perfcast.scheduler.policies import register
-
-# JobStatus's members as module names: reading one off the enum class costs ~130 ns in Python
-# 3.11 (EnumType.__getattr__'s slot), a module global ~10 ns
-_DONE, _RUNNING = JobStatus.DONE, JobStatus.RUNNING
 
 # what a job's options depend on: its type, requested GPUs and batch, GPU limits, the GPUs and
 # batch it holds (0, 0 when waiting), the GPU type predicted for and the cluster's GPUs
@@ -240,7 +236,7 @@ class OwnBests:
 
     def _seen(self, state: JobState) -> None:
         job_id = state.job_id
-        if job_id not in self._place and state.status is not _DONE:
+        if job_id not in self._place and state.status is not DONE:
             self._arrived += 1
             self._place[job_id] = self._arrived
         self._dirty[job_id] = None
@@ -256,14 +252,14 @@ class OwnBests:
         self._dirty.clear()
         for state in states:
             self._drop(state.job_id)
-        live = [s for s in states if s.status is not _DONE]
+        live = [s for s in states if s.status is not DONE]
         total = self.cluster.total_gpus
         for state, (key, shape) in zip(
             live, policy.shapes(live, self.gpu_type, total, ctx), strict=True
         ):
             self._add(state, key, shape)
         for state in states:
-            if state.status is _DONE:
+            if state.status is DONE:
                 self._place.pop(state.job_id, None)
 
     def _add(self, state: JobState, key: ShapeKey, shape: Shape) -> None:
@@ -280,7 +276,7 @@ class OwnBests:
                 heapq.heapify(margins)
         self._gpus += best.gpus
         self._units += shape.best_units
-        if state.status is _RUNNING:
+        if state.status is RUNNING:
             if (state.num_gpus, state.batch_size) != (best.gpus, best.batch):
                 self.off_best[job_id] = None
         else:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from perfcast.features.devices import DEVICES, canonical_device
 from perfcast.scheduler.core.cluster import ClusterState, GpuSlot
 from perfcast.scheduler.core.decisions import Migrate
-from perfcast.scheduler.core.jobs import JobState, JobStatus, JobTable, Share
+from perfcast.scheduler.core.jobs import DONE, RUNNING, JobState, JobTable, Share
 from perfcast.scheduler.core.loop import (
     Allocation,
     ConsolidatedPlacement,
@@ -39,10 +39,6 @@ from perfcast.scheduler.core.loop import (
 )
 from perfcast.scheduler.facts.memory import JobMemory, memory_model
 from perfcast.scheduler.policies import register
-
-# JobStatus's members as module names: reading one off the enum class costs ~130 ns in Python
-# 3.11 (EnumType.__getattr__'s slot), a module global ~10 ns
-_DONE, _RUNNING = JobStatus.DONE, JobStatus.RUNNING
 
 if TYPE_CHECKING:
     from perfcast.scheduler.core.predictions import PairKey
@@ -118,7 +114,7 @@ class SharingIndex:
             counts[cls] -= 1
             if not counts[cls]:
                 del counts[cls]
-        if status is _RUNNING:
+        if status is RUNNING:
             self._starts += 1
             self._order[job_id] = self._starts
             self._dirty[job_id] = None
@@ -128,7 +124,7 @@ class SharingIndex:
             self._dirty[job_id] = None
         else:  # nothing to file or unfile: `_dirty` keeps to running and filed jobs
             self._dirty.pop(job_id, None)
-        if status is not _DONE:
+        if status is not DONE:
             cls = self._waits_as[job_id] = job_class(state)
             if (counts := self.waiting.get(state.job.num_gpus)) is None:
                 counts = self.waiting[state.job.num_gpus] = {}
@@ -152,7 +148,7 @@ class SharingIndex:
         for job_id in self._dirty:
             self._unfile(job_id)
             state = self.jobs[job_id]
-            if state.status is _RUNNING and state.share == "exclusive":
+            if state.status is RUNNING and state.share == "exclusive":
                 self._file(state)
         self._dirty.clear()
         return self

@@ -31,15 +31,11 @@ import numpy as np
 from scipy.special import stdtr
 
 from perfcast.errors import PerfcastError
-from perfcast.scheduler.core.jobs import JobState, JobStatus, JobTable
+from perfcast.scheduler.core.jobs import DONE, RUNNING, JobState, JobTable
 from perfcast.scheduler.core.loop import Allocation, RoundContext, Schedule, start_all_waiting
 from perfcast.scheduler.core.predictions import JobPredictor
 from perfcast.scheduler.policies import register
 from perfcast.scheduler.policies.tiresias import DEFAULT_THRESHOLDS, TiresiasPolicy
-
-# JobStatus's members as module names: reading one off the enum class costs ~130 ns in Python
-# 3.11 (EnumType.__getattr__'s slot), a module global ~10 ns
-_DONE, _RUNNING = JobStatus.DONE, JobStatus.RUNNING
 
 _TINY = 1e-9
 SIGNIFICANCE = 0.01
@@ -176,7 +172,7 @@ class SrtfPredictedPolicy(TiresiasPolicy):
                 column.extend(values.tolist())
 
     def _on_status(self, state: JobState) -> None:
-        if state.status is _DONE:
+        if state.status is DONE:
             self._done.append(state)
 
     def add_outcome(self, log_run_time: float, log_p50: float, log_width: float) -> None:
@@ -272,7 +268,7 @@ class ActiveColumns:
 
     def _seen(self, state: JobState) -> None:
         job_id = state.job_id
-        if job_id not in self._slot and state.status is not _DONE:
+        if job_id not in self._slot and state.status is not DONE:
             slot = len(self._ids)
             if slot == len(self.submit):
                 self._grow()
@@ -282,7 +278,7 @@ class ActiveColumns:
             self.need[slot] = state.job.num_gpus
             self._alive[slot] = True
             self._unpredicted.append(slot)
-        if state.status is _RUNNING:
+        if state.status is RUNNING:
             self._started += 1
             self._since[self._slot[job_id]] = self._started
         self._dirty[job_id] = None
@@ -307,12 +303,12 @@ class ActiveColumns:
                 continue
             state = self.jobs.all[job_id]
             status = state.status
-            if status is _RUNNING:
+            if status is RUNNING:
                 self._running[slot] = state
                 continue
             self._running.pop(slot, None)
             self._since.pop(slot, None)
-            if status is _DONE:
+            if status is DONE:
                 self._alive[slot] = False
                 del self._slot[job_id]
             else:

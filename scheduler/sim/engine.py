@@ -93,9 +93,7 @@ class Accounting:
         line = self.timeline
         busy, queued = line.gpus_busy, line.jobs_waiting
         if not busy or busy[-1] != busy_gpus or queued[-1] != waiting:
-            line.time_s.append(t)
-            busy.append(busy_gpus)
-            queued.append(waiting)
+            line.append(t, busy_gpus, waiting)
 
 
 class SimulationError(RuntimeError):
@@ -450,9 +448,9 @@ def simulate(
     # `Accounting.record`'s test inline, with the same float additions in the same order
     placement_gpu_s, busy_gpu_s = acc.placement_gpu_s, acc.busy_gpu_s
     line = acc.timeline
-    line_time, line_busy, line_waiting = line.time_s, line.gpus_busy, line.jobs_waiting
-    last_busy = line_busy[-1] if line_busy else None
-    last_waiting = line_waiting[-1] if line_waiting else None
+    append_point = line.append
+    last_busy = line.gpus_busy[-1] if len(line) else None
+    last_waiting = line.jobs_waiting[-1] if len(line) else None
     while finished < total:
         # the earliest of the next arrival, completion, wake-up and tick
         t = jobs[arrived].submit_time_s if arrived < total else None
@@ -471,9 +469,7 @@ def simulate(
         busy = total_gpus - cluster.free_gpus
         waiting = table.num_waiting
         if busy != last_busy or waiting != last_waiting:
-            line_time.append(now)
-            line_busy.append(busy)
-            line_waiting.append(waiting)
+            append_point(now, busy, waiting)
             last_busy, last_waiting = busy, waiting
         placement_gpu_s += cluster.placements * (t - now)
         busy_gpu_s += busy * (t - now)

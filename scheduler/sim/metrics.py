@@ -14,15 +14,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from perfcast.scheduler.core.jobs import JobStatus
+from perfcast.scheduler.core.jobs import DONE
 from perfcast.scheduler.sim.engine import SimResult
 from perfcast.units import duration, log_ticks, number
 
 
 def job_table(result: SimResult) -> pd.DataFrame:
     """One row per finished job."""
-    finished = JobStatus.DONE  # read once: a member of an enum class is a slow attribute
-    done = [s for s in result.jobs.all.values() if s.status is finished]
+    done = [s for s in result.jobs.all.values() if s.status is DONE]
     specs = list(map(attrgetter("job"), done))
     n = len(done)
 
