@@ -7,10 +7,11 @@ Each node gets a work and a time on the run's parallelism (threads or executors)
   a scan reads its share of the run's `rows_scanned` when given); its time is work / threads;
 - a stage's work is num_tasks x task_ms; its time is the waves it needs, ceil(tasks /
   executors), x task_ms.
-The physical base is the plan's time through its DAG at a rate per form: the longest path for
-stage DAGs (Spark runs independent stages at once), the sum for operator plans (DuckDB runs a
-plan's pipelines one after another, each on all threads). `PlanRates` learns the rate (ms per
-unit) from training runs; the models predict log(e2e / base). Views of a plan:
+The physical base is the plan's time through its DAG: the longest path for stage DAGs (Spark
+runs independent stages at once) at one learned rate; for operator plans (DuckDB runs a plan's
+pipelines one after another, each on all threads) a fixed cost plus a learned cost per row and
+thread for each operator kind. `PlanRates` learns both from training runs; the models predict
+log(e2e / base). Views of a plan:
 - `plan_table`: one row per run, aggregates of the DAG (for gbm and fcn);
 - `plan_graphs`: node features in topological order with the edges (for the rnn and the gnn),
   laid out as `features.graphs.GraphArrays` (11 op-kind slots, then 5 numbers, the last the
@@ -24,6 +25,7 @@ from typing import Self
 
 import numpy as np
 import pandas as pd
+from scipy.optimize import nnls
 
 from perfcast.datasets.contract import PLAN_RUN_COLUMNS
 from perfcast.errors import ContractError
@@ -177,21 +179,59 @@ def form(plan: pd.DataFrame) -> pd.Series:
 
 
 class PlanRates:
-    """Milliseconds per unit of base time, per DAG form: the median of e2e / base units over
-    the training runs (rows per thread for operator plans; ~1 for stage DAGs, already in ms)."""
+    """The physical base's learned rates, per DAG form.
+
+    Stage DAGs: milliseconds per unit of the longest path (already in ms), the median of
+    e2e / base units over the training runs. Operator plans: a fixed cost per run plus a cost
+    per row and thread for each operator kind, e2e ~ overhead + sum_k rate_k x rows_k / threads,
+    fitted by non-negative least squares on the relative error (a hash join's row costs more
+    than a projection's; no rate or overhead can be negative, so no plan is predicted faster
+    for doing more work). With fewer operator runs than rates to fit, one median rate."""
 
     def fit(self, plan: pd.DataFrame) -> Self:
-        units = base_units(plan)
+        nodes = node_table(plan)
+        units = base_units(plan, nodes)
         info = runs(plan).join(form(plan).rename("form"))
         ratio = info["e2e_latency_ms"] / units.reindex(info.index)
         self.rates_ = ratio.groupby(info["form"]).median().to_dict()
         self.default_ = float(ratio.median())
+        self.overhead_ms_, self.kind_rates_ = 0.0, {}
+        operator = info.index[info["form"] == "operator"]
+        if len(operator) > len(PLAN_OP_KINDS) + 1:
+            self.overhead_ms_, self.kind_rates_ = _kind_rates(
+                _time_by_kind(nodes).reindex(operator),
+                info.loc[operator, "e2e_latency_ms"].to_numpy(dtype=float),
+            )
         return self
 
-    def base_ms(self, plan: pd.DataFrame, units: pd.Series | None = None) -> pd.Series:
-        units = base_units(plan) if units is None else units
-        rate = form(plan).map(self.rates_).fillna(self.default_)
-        return units * rate.reindex(units.index)
+    def base_ms(self, plan: pd.DataFrame, nodes: pd.DataFrame | None = None) -> pd.Series:
+        nodes = node_table(plan) if nodes is None else nodes
+        units = base_units(plan, nodes)
+        rate = form(plan).map(self.rates_).fillna(self.default_).reindex(units.index)
+        base = units * rate
+        if self.kind_rates_:
+            operator = form(plan).reindex(units.index) == "operator"
+            by_kind = _time_by_kind(nodes).reindex(units.index)
+            rates = pd.Series(self.kind_rates_).reindex(PLAN_OP_KINDS).fillna(0.0)
+            fitted = self.overhead_ms_ + by_kind.to_numpy() @ rates.to_numpy()
+            base = base.where(~operator, fitted)
+        return base.clip(lower=1e-9)
+
+
+def _time_by_kind(nodes: pd.DataFrame) -> pd.DataFrame:
+    """Per run (rows) and operator kind (columns): the rows read and written per thread."""
+    by_kind = nodes.groupby(["sample_id", "kind"], sort=False)["time"].sum().unstack("kind")
+    return by_kind.reindex(columns=list(PLAN_OP_KINDS)).fillna(0.0)
+
+
+def _kind_rates(by_kind: pd.DataFrame, e2e_ms: np.ndarray) -> tuple[float, dict[str, float]]:
+    """(overhead ms, ms per row and thread by kind): NNLS of 1 ~ (overhead + X rates) / e2e."""
+    X = np.column_stack([np.ones(len(by_kind)), by_kind.to_numpy(dtype=float)])
+    scale = X.max(axis=0)
+    scale[scale <= 0] = 1.0  # a kind no training run has: its rate stays 0
+    coef, _ = nnls(X / scale / e2e_ms[:, None], np.ones(len(X)))
+    coef = coef / scale
+    return float(coef[0]), dict(zip(by_kind.columns, coef[1:].tolist(), strict=True))
 
 
 def base_units(plan: pd.DataFrame, nodes: pd.DataFrame | None = None) -> pd.Series:
@@ -206,7 +246,7 @@ def plan_table(plan: pd.DataFrame, rates: PlanRates) -> tuple[pd.DataFrame, np.n
     nodes = node_table(plan)
     info = runs(plan)
     units = base_units(plan, nodes)
-    base = rates.base_ms(plan, units)
+    base = rates.base_ms(plan, nodes)
     grouped = nodes.groupby(["sample_id", "kind"], sort=False)
     work_by_kind = grouped["work"].sum().unstack("kind").reindex(
         index=info.index, columns=PLAN_OP_KINDS

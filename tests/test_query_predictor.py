@@ -146,3 +146,26 @@ def test_scale_split_extrapolates_to_the_largest_scale(spark, duckdb_runs):
         "spark-decima": 20.0,
         "duckdb-2.0.0": 0.3,
     }
+
+
+def test_operator_rates_beat_one_rate_on_unseen_duckdb_queries(duckdb_runs):
+    """The per-kind base (overhead + a cost per row and thread for each operator kind) against
+    one rate for every row, on DuckDB queries never seen (5 folds, pooled): it must be closer,
+    its rates never negative, and a plan with more rows (or fewer threads) never faster."""
+    truth = duckdb_runs.drop_duplicates("sample_id").set_index("sample_id")["e2e_latency_ms"]
+    one_rate, per_kind = [], []
+    for train_idx, test_idx in folds(duckdb_runs, "plan", "query", n_folds=5):
+        train, test = duckdb_runs.iloc[train_idx], duckdb_runs.iloc[test_idx]
+        rates = PlanRates().fit(train)
+        assert rates.overhead_ms_ >= 0 and min(rates.kind_rates_.values()) >= 0
+        assert max(rates.kind_rates_.values()) > 0
+        one_rate.append(base_units(test) * rates.rates_["operator"])
+        per_kind.append(rates.base_ms(test))
+    bigger = test.assign(cardinality=test["cardinality"] * 2)
+    assert (rates.base_ms(bigger) >= per_kind[-1]).all()
+    assert (rates.base_ms(test.assign(threads=1)) >= rates.base_ms(test.assign(threads=2))).all()
+
+    def mape(pred: list[pd.Series]) -> float:
+        return float((np.abs(pd.concat(pred).reindex(truth.index) - truth) / truth).mean())
+
+    assert mape(per_kind) < 0.8 * mape(one_rate)
