@@ -28,7 +28,7 @@ from perfcast.scheduler.core.loop import (
 )
 from perfcast.scheduler.core.predictions import JobPredictor
 from perfcast.scheduler.facts.catalog import InterferenceCatalog, ScalingCatalog
-from perfcast.scheduler.policies import make_policy
+from perfcast.scheduler.policies import make_policy, srtf_predicted
 from perfcast.scheduler.policies.srtf_predicted import (
     SrtfPredictedPolicy,
     _log_width,
@@ -261,20 +261,40 @@ def test_priority_policies_match_the_rank_everything_reference(workload, ours, p
         assert sum(preempted for _, preempted in jobs.values()) > 10_000  # demotions preempt
 
 
+def srtf_run(workload: Workload, policy: SchedulingPolicy, exact: bool) -> SimResult:
+    predictor = JobPredictor(NoisyDurations(workload, exact), gpus_per_node=8)
+    # every duration asked for in one backend call, as `run_simulation` does (a job's
+    # prediction depends only on what is known at its submission): asked job by job at
+    # arrival, building the backend's frames was half of each run's CPU
+    predictor.predict_durations(workload.jobs)
+    return simulate(workload, ClusterSpec.parse(CLUSTER), policy, predictor=predictor)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("exact", [True, False], ids=["exact", "noisy"])
 def test_srtf_predicted_matches_the_rank_everything_reference(exact):
     workload = scale_workload(SRTF_JOBS)
-
-    def run(policy: SchedulingPolicy) -> SimResult:
-        predictor = JobPredictor(NoisyDurations(workload, exact), gpus_per_node=8)
-        # every duration asked for in one backend call, as `run_simulation` does (a job's
-        # prediction depends only on what is known at its submission): asked job by job at
-        # arrival, building the backend's frames was half of each run's CPU
-        predictor.durations(workload.jobs)
-        return simulate(workload, ClusterSpec.parse(CLUSTER), policy, predictor=predictor)
-
-    jobs = outcome(run(make_policy("srtf-predicted")))
+    jobs = outcome(srtf_run(workload, make_policy("srtf-predicted"), exact))
     assert len(jobs) == SRTF_JOBS
     assert sum(preempted for _, preempted in jobs.values()) > 100
-    assert jobs == outcome(run(ReferenceSrtf()))
+    assert jobs == outcome(srtf_run(workload, ReferenceSrtf(), exact))
+
+
+@pytest.mark.slow
+def test_srtf_predicted_columns_made_again_give_the_same_answers(monkeypatch):
+    """With no slack, the active jobs' columns are dropped at each round that ranks nothing
+    once more jobs changed than are active, and made again from the table at the next
+    ranking round: the answers stay the reference's."""
+    made = []
+
+    class Counted(srtf_predicted.ActiveColumns):
+        def __init__(self, jobs) -> None:
+            made.append(len(jobs.active))
+            super().__init__(jobs)
+
+    monkeypatch.setattr(srtf_predicted, "_REBUILD_SLACK", 0)
+    monkeypatch.setattr(srtf_predicted, "ActiveColumns", Counted)
+    workload = scale_workload(SRTF_JOBS)
+    jobs = outcome(srtf_run(workload, make_policy("srtf-predicted"), exact=False))
+    assert len(made) > 3  # made again
+    assert jobs == outcome(srtf_run(workload, ReferenceSrtf(), exact=False))

@@ -74,9 +74,10 @@ class JobPredictor:
         missing = list({j.job_id: j for j in jobs if j.job_id not in known}.values())
         if not missing:
             return
+        ids = [j.job_id for j in missing]
         rows = pd.DataFrame(
             {
-                "job_id": [j.job_id for j in missing],
+                "job_id": ids,
                 "submit_time_s": [j.submit_time_s for j in missing],
                 "num_gpus": [j.num_gpus for j in missing],
                 "user": [j.user for j in missing],
@@ -94,7 +95,7 @@ class JobPredictor:
             table[:start] = self._duration_table[:start]
             self._duration_table = table
         table[start : start + len(values)] = values
-        known.update((job.job_id, start + i) for i, job in enumerate(missing))
+        known.update(zip(ids, range(start, start + len(ids)), strict=True))
 
     def pair_speeds(self, keys: Sequence[PairKey]) -> dict[PairKey, tuple[float, float]]:
         """Predicted (a_speed, b_speed) when two jobs share a GPU: each one's throughput as a

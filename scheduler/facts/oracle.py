@@ -43,7 +43,8 @@ class OracleBackend:
             return _with_interval({"a_speed": arr[:, 0], "b_speed": arr[:, 1]})
         if task == "duration":
             try:
-                values = [self.durations[str(j)] for j in rows["job_id"]]
+                # (a list first: iterating a str column builds each string from Arrow, 3x slower)
+                values = list(map(self.durations.__getitem__, rows["job_id"].astype(str).tolist()))
             except KeyError as err:
                 raise PerfcastError(f"oracle: job {err.args[0]!r} is not in the workload") from None
             return _with_interval({"duration_s": np.array(values, dtype=float)})

@@ -107,7 +107,7 @@ def run_simulation(
         if "duration" in policy.prediction_tasks:
             # a job's duration prediction depends only on what is known at its submission, so
             # the simulator asks for all of them in one batch instead of one call per arrival
-            job_predictor.durations(workload.jobs)
+            job_predictor.predict_durations(workload.jobs)
     result = simulate(
         workload,
         spec,
