@@ -26,7 +26,7 @@ from perfcast.predictor.tasks import TASK_SPECS
 # features would make a model saved by an earlier perfcast unreadable or wrong: champions saved
 # in another format are not loaded (training/model_store.py), and the next training replaces them.
 # What each bump changed: CHANGELOG.md, "Model formats".
-MODEL_FORMAT = 18
+MODEL_FORMAT = 19
 
 # What a model knows of a prediction row: `predict_interval` frames carry a string column
 # `flags`, comma-separated tokens from this vocabulary in this order ("" when none), and the
