@@ -56,10 +56,11 @@ def shape_key(state: JobState, gpu_type: str, total_gpus: int) -> ShapeKey:
             gpu_type, total_gpus)  # fmt: skip
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Shape:
     """The options of every job with one `ShapeKey`: predicted samples/s per (GPUs, batch),
-    the largest GPU count, the weight (1 / samples/s at the requested size) and its own best."""
+    the largest GPU count, the weight (1 / samples/s at the requested size) and its own best.
+    One object per key (`ElasticPolicy.shapes`), so it is hashed by identity."""
 
     throughput: dict[tuple[int, int], float]
     max_gpus: int
@@ -213,13 +214,14 @@ class OwnBests:
         self.best: dict[str, OwnBest] = {}
         self.waiting: dict[str, None] = {}
         self.off_best: dict[str, None] = {}  # running jobs at another size than their own best
-        self._shape: dict[str, tuple[ShapeKey, Shape]] = {}
+        self._shape: dict[str, Shape] = {}
         self._place: dict[str, int] = {}  # active job -> its place in submission order
         self._arrived = 0
-        self._count: Counter[ShapeKey] = Counter()  # active jobs of each shape
-        # (margin, tie-break, shape) of the shapes with active jobs, a heap; entries of shapes
-        # gone since are stale
-        self._margins: list[tuple[float, int, ShapeKey]] = []
+        self._count: dict[Shape, int] = {}  # active jobs of each shape
+        # (margin, push number, shape) of the shapes with active jobs, a heap; entries of
+        # shapes gone since are stale
+        self._margins: list[tuple[float, int, Shape]] = []
+        self._pushed = 0
         self._gpus = 0
         self._waiting_gpus = 0  # the waiting jobs' own bests
         self._units = 0
@@ -245,34 +247,52 @@ class OwnBests:
         self._dirty[job_id] = None
 
     def refresh(self, policy: ElasticPolicy, ctx: RoundContext) -> None:
-        """Apply the changes told since the last refresh."""
-        if not self._dirty:
+        """Apply the changes told since the last refresh: each changed job dropped, and the
+        ones still active added again with their options (the new shapes built in one batch)."""
+        dirty = self._dirty
+        if not dirty:
             return
-        states = [self.jobs.all[job_id] for job_id in self._dirty]
-        self._dirty.clear()
-        for state in states:
-            self._drop(state.job_id)
-        live = [s for s in states if s.status is not DONE]
-        total = self.cluster.total_gpus
-        for state, (key, shape) in zip(
-            live, policy.shapes(live, self.gpu_type, total, ctx), strict=True
-        ):
-            self._add(state, key, shape)
-        for state in states:
-            if state.status is DONE:
-                self._place.pop(state.job_id, None)
+        waiting, entries, all_states = self.waiting, self._shape, self.jobs.all
+        live: list[JobState] = []
+        for job_id in dirty:
+            state = all_states[job_id]
+            status = state.status
+            if status is RUNNING and job_id in waiting:
+                best = entries[job_id].best
+                if len(state.gpus) == best.gpus and state.batch_size == best.batch:
+                    # started at its own best (the usual start): the options of a job holding
+                    # its own best are those it had waiting (that option and its GPU count
+                    # were among them), so its best, value and margin stay; only the waiting
+                    # list changes, and its shape is not looked up again
+                    del waiting[job_id]
+                    self._waiting_gpus -= best.gpus
+                    continue
+            if job_id in entries:  # (an arrival has nothing to drop)
+                self._drop(job_id)
+            if status is DONE:
+                self._place.pop(job_id, None)
+            else:
+                live.append(state)
+        dirty.clear()
+        if live:
+            total = self.cluster.total_gpus
+            for state, (_, shape) in zip(
+                live, policy.shapes(live, self.gpu_type, total, ctx), strict=True
+            ):
+                self._add(state, shape)
 
-    def _add(self, state: JobState, key: ShapeKey, shape: Shape) -> None:
-        job_id, best = state.job_id, shape.best
-        self._shape[job_id], self.best[job_id] = (key, shape), best
-        self._count[key] += 1
-        if self._count[key] == 1:
+    def _add(self, state: JobState, shape: Shape) -> None:
+        job_id, best, count = state.job_id, shape.best, self._count
+        self._shape[job_id], self.best[job_id] = shape, best
+        jobs = count[shape] = count.get(shape, 0) + 1
+        if jobs == 1:
             margin = best.margin if best.margin == best.margin else -float("inf")  # NaN: never
             margins = self._margins
-            heapq.heappush(margins, (margin, len(margins), key))
-            if len(margins) > 2 * len(self._count) + 32:  # mostly stale: rebuilt
-                live = {e[2]: e for e in margins if e[2] in self._count}
-                margins[:] = [(m, i, k) for i, (m, _, k) in enumerate(live.values())]
+            self._pushed += 1
+            heapq.heappush(margins, (margin, self._pushed, shape))
+            if len(margins) > 2 * len(count) + 32:  # mostly stale: rebuilt
+                live = {e[2]: e for e in margins if e[2] in count}
+                margins[:] = list(live.values())
                 heapq.heapify(margins)
         self._gpus += best.gpus
         self._units += shape.best_units
@@ -284,14 +304,14 @@ class OwnBests:
             self._waiting_gpus += best.gpus
 
     def _drop(self, job_id: str) -> None:
-        entry = self._shape.pop(job_id, None)
-        if entry is None:
-            return
-        key, shape = entry
+        shape = self._shape.pop(job_id)
         del self.best[job_id]
-        self._count[key] -= 1
-        if not self._count[key]:
-            del self._count[key]
+        count = self._count
+        jobs = count[shape] - 1
+        if jobs:
+            count[shape] = jobs
+        else:
+            del count[shape]
         self._gpus -= shape.best.gpus
         self._units -= shape.best_units
         if job_id in self.waiting:
@@ -317,7 +337,7 @@ class OwnBests:
         if self.off_best:
             gain = 0.0  # of every job at its own best over the running ones kept as they are
             for job_id in self.off_best:
-                shape = self._shape[job_id][1]
+                shape = self._shape[job_id]
                 if not shape.best.gpus:  # it would be suspended, before any start
                     return None
                 state = self.jobs.all[job_id]
