@@ -292,8 +292,14 @@ class ClusterState:
         slots: list[GpuSlot] = []
         most = max(len(self._by_free.get(t, [])) for t in types) - 1
         for free in range(most, 0, -1):
-            same = [b for t in types for b in self._by_free.get(t, [])[free : free + 1]]
-            for node in sorted(n for bucket in same for n in bucket if n != exclude):
+            same = [b for t in types for b in self._by_free.get(t, [])[free : free + 1] if b]
+            if not same:
+                continue
+            # a bucket sorted whole in C, not filtered node by node first: most of a large
+            # cluster's nodes sit in the all-free bucket and a spread job needs a few of them
+            for node in sorted(same[0] if len(same) == 1 else set().union(*same)):
+                if node == exclude:
+                    continue
                 slots += self.free_slots(node)[: num_gpus - len(slots)]
                 if len(slots) == num_gpus:
                     return tuple(slots)
