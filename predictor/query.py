@@ -31,6 +31,7 @@ from perfcast.features.plans import PlanRates, op_kind, plan_graphs, plan_table,
 from perfcast.predictor.base import TaskPredictor, flags_column, interval_frame
 from perfcast.predictor.graph_models import GraphQuantileNet
 from perfcast.predictor.regressors import (
+    FCN_SIZE_CHOICES,
     ConformalQuantiles,
     conformal_margin,
     conformity_scores,
@@ -50,7 +51,7 @@ TABULAR_CHOICES = {
         {},
         {"n_estimators": 50, "learning_rate": 0.05, "num_leaves": 4, "min_child_samples": 80},
     ),
-    "fcn": ({}, {"hidden": (32,), "weight_decay": 1e-2}, {"hidden": (8,), "weight_decay": 1e-1}),
+    "fcn": FCN_SIZE_CHOICES,
 }
 
 

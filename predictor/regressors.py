@@ -484,6 +484,16 @@ class ConformalQuantiles(BaseEstimator):
         return np.minimum(lo, mid) - self.margin_, mid, np.maximum(hi, mid) + self.margin_
 
 
+# fcn's network sizes, for ConformalQuantiles to choose between on held-out groups (queries,
+# devices): on a few groups the default network learns each group's own residual, which a
+# group never seen does not share
+FCN_SIZE_CHOICES: tuple[dict, ...] = (
+    {},
+    {"hidden": (32,), "weight_decay": 1e-2},
+    {"hidden": (8,), "weight_decay": 1e-1},
+)
+
+
 def make_regressor(family: str, **params: object) -> ConformalQuantiles:
     """A calibrated quantile regressor of the family `gbm` or `fcn`."""
     random_state = int(params.get("random_state", 0))
