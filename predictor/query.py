@@ -14,7 +14,8 @@ conformalized on what it is: the margin that makes the raw quantiles cover the t
 errors when their whole query was held out, or their engine's largest scale (trained on the
 smaller ones): the folds of `datasets.splits` the benchmarks measure on, over the runs.
 Random-fold errors understate both: on queries never seen, coverage was 24-60% where 80% was
-meant.
+meant. Every run's margin, flagged or not, is at least the fit's own, itself calibrated on
+folds that hold out whole queries (`ConformalQuantiles` with the query as group).
 """
 
 from __future__ import annotations
@@ -100,7 +101,8 @@ class QueryPredictor(TaskPredictor):
         else:
             self.regressor_ = make_regressor(self.model, random_state=self.random_state)
             self.regressor_.set_params(choices=TABULAR_CHOICES[self.model])
-        # folds that hold out whole queries: the margin, and gbm's choice, are for the unseen
+        # folds that hold out whole queries: the margin, and gbm's and fcn's choice of model
+        # size, are judged on queries never seen
         self.regressor_.fit(X, y - log_base, groups=info["query"].astype(str).to_numpy())
         self.correction_range_ = (float(np.min(y - log_base)), float(np.max(y - log_base)))
         self.queries_ = frozenset(info["query"].astype(str))
@@ -112,8 +114,9 @@ class QueryPredictor(TaskPredictor):
 
     def _unseen_margins(self, X: pd.DataFrame, y: np.ndarray, info: pd.DataFrame) -> dict:
         """The conformal margin of the raw quantiles on runs of queries held out, and on each
-        engine's largest scale held out (trained on the smaller ones); never below the random
-        folds' margin. An operator never seen takes the larger of the two."""
+        engine's largest scale held out (trained on the smaller ones); never below the fit's
+        own margin (its folds hold out whole queries). An operator never seen takes the larger
+        of the two."""
         raw = clone(self.regressor_.regressor).set_params(**self.regressor_.chosen_)
         base = self.regressor_.margin_
 
