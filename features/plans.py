@@ -204,13 +204,19 @@ class PlanRates:
             )
         return self
 
-    def base_ms(self, plan: pd.DataFrame, nodes: pd.DataFrame | None = None) -> pd.Series:
+    def base_ms(
+        self,
+        plan: pd.DataFrame,
+        nodes: pd.DataFrame | None = None,
+        units: pd.Series | None = None,
+    ) -> pd.Series:
+        """Each run's base in ms; `nodes` and `units` where the caller already has them."""
         nodes = node_table(plan) if nodes is None else nodes
-        units = base_units(plan, nodes)
-        rate = form(plan).map(self.rates_).fillna(self.default_).reindex(units.index)
-        base = units * rate
+        units = base_units(plan, nodes) if units is None else units
+        forms = form(plan).reindex(units.index)
+        base = units * forms.map(self.rates_).fillna(self.default_)
         if self.kind_rates_:
-            operator = form(plan).reindex(units.index) == "operator"
+            operator = forms == "operator"
             by_kind = _time_by_kind(nodes).reindex(units.index)
             rates = pd.Series(self.kind_rates_).reindex(PLAN_OP_KINDS).fillna(0.0)
             fitted = self.overhead_ms_ + by_kind.to_numpy() @ rates.to_numpy()
@@ -246,7 +252,7 @@ def plan_table(plan: pd.DataFrame, rates: PlanRates) -> tuple[pd.DataFrame, np.n
     nodes = node_table(plan)
     info = runs(plan)
     units = base_units(plan, nodes)
-    base = rates.base_ms(plan, nodes)
+    base = rates.base_ms(plan, nodes, units)
     grouped = nodes.groupby(["sample_id", "kind"], sort=False)
     work_by_kind = grouped["work"].sum().unstack("kind").reindex(
         index=info.index, columns=PLAN_OP_KINDS

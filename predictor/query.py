@@ -101,14 +101,15 @@ class QueryPredictor(TaskPredictor):
         else:
             self.regressor_ = make_regressor(self.model, random_state=self.random_state)
             self.regressor_.set_params(choices=TABULAR_CHOICES[self.model])
+        correction = y - log_base
         # folds that hold out whole queries: the margin, and gbm's and fcn's choice of model
         # size, are judged on queries never seen
-        self.regressor_.fit(X, y - log_base, groups=info["query"].astype(str).to_numpy())
-        self.correction_range_ = (float(np.min(y - log_base)), float(np.max(y - log_base)))
+        self.regressor_.fit(X, correction, groups=info["query"].astype(str).to_numpy())
+        self.correction_range_ = (float(correction.min()), float(correction.max()))
         self.queries_ = frozenset(info["query"].astype(str))
         self.largest_scale_ = info.groupby("engine")["scale_factor"].max().astype(float).to_dict()
         self.operators_ = frozenset(op_kind(rows["op"]))
-        self.unseen_margins_ = self._unseen_margins(X, y - log_base, info)
+        self.unseen_margins_ = self._unseen_margins(X, correction, info)
         self.fitted_ = True
         return self
 
