@@ -29,7 +29,7 @@ import math
 import zlib
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -215,26 +215,44 @@ def build_workload(
         deadline = None
         if deadlines and deadlines[i] is not None:
             deadline = submit_s + deadlines[i]
+        most = 2 * gpus  # at least 2: gpus >= 1 here
         jobs.append(
-            Job(
-                job_id=job_id,
-                submit_time_s=submit_s,
-                job_type=job_type,
-                num_gpus=gpus,
-                batch_size=batch,
-                total_samples=work,
-                duration_s=duration,
-                user=users[i] if users else None,
-                vc=vcs[i] if vcs else None,
-                trace_job=trace_job,
-                deadline_s=deadline,
-                max_gpus=max(1, min(2 * gpus, total_gpus)),
-                statistical=app is not None,
+            Job(  # positional, in `_JOB_FIELDS`'s order: see there
+                job_id,
+                submit_s,
+                job_type,
+                gpus,
+                batch,
+                work,
+                duration,
+                None,  # gpu_type
+                users[i] if users else None,
+                vcs[i] if vcs else None,
+                trace_job,
+                deadline,
+                None,  # group
+                1,  # min_gpus
+                most if most < total_gpus else total_gpus,  # max_gpus
+                None,  # score
+                5.0,  # curve
+                app is not None,  # statistical
             )
         )
     return Workload(
         name, jobs, scaling, interference, dropped, drawn, start / load_factor, progress, matched
     )
+
+
+# `Job`'s fields in the order `build_workload` passes them: a million jobs built with keywords
+# take twice as long as with positions (CPython matches each keyword against the parameter
+# names), so the loop passes positions and this check keeps it honest if the fields move
+_JOB_FIELDS = (
+    *("job_id", "submit_time_s", "job_type", "num_gpus", "batch_size", "total_samples"),
+    *("duration_s", "gpu_type", "user", "vc", "trace_job", "deadline_s", "group", "min_gpus"),
+    *("max_gpus", "score", "curve", "statistical"),
+)
+if tuple(f.name for f in fields(Job)) != _JOB_FIELDS:
+    raise TypeError(f"Job's fields changed: update build_workload's call and {_JOB_FIELDS}")
 
 
 def _optional(table: pd.DataFrame, column: str, cast: Callable[[Any], T]) -> list[T | None]:
