@@ -419,7 +419,9 @@ def simulate(
     With `round_s`, decisions are taken only at multiples of `round_s` of the trace's clock
     (as in schedulers that run in fixed rounds, e.g. Muri's testbed every 360 s, the Pollux
     artifact every 60 s): events between two ticks wait for the next one. Without it a round
-    follows every instant with events."""
+    follows every instant with events.
+
+    `on_progress(finished, total)` is told each time the number of jobs done changes."""
     if round_s is not None and round_s <= 0:
         raise ValueError(f"round_s must be > 0, got {round_s}")
 
@@ -451,6 +453,7 @@ def simulate(
     append_point = line.append
     last_busy = line.gpus_busy[-1] if len(line) else None
     last_waiting = line.jobs_waiting[-1] if len(line) else None
+    reported = -1  # `finished` as last told to `on_progress` (told only when it changes)
     while finished < total:
         # the earliest of the next arrival, completion, wake-up and tick
         t = jobs[arrived].submit_time_s if arrived < total else None
@@ -474,7 +477,11 @@ def simulate(
         placement_gpu_s += cluster.placements * (t - now)
         busy_gpu_s += busy * (t - now)
         now = t
-        completed = executor.pop_completions(now, table)
+        # `next_completion` left a current event at the head of the queue: none is due unless
+        # it is (the usual instant, an arrival, asks the queue nothing more)
+        completed = (
+            executor.pop_completions(now, table) if when is not None and when <= now + _EPS else ()
+        )
         for job_id in completed:
             executor.finish(table.all[job_id], now, table)
             loop.job_finished(job_id, now)
@@ -496,14 +503,16 @@ def simulate(
             if not on_grid:
                 nxt = next_tick(now)
                 tick = nxt if tick is None else min(tick, nxt)
-                if on_progress:
+                if on_progress and finished != reported:
                     on_progress(finished, total)
+                    reported = finished
                 continue
             tick = None
         if policy.idle_without_waiting and not table.num_waiting:  # may change each round
             timer = None  # nothing to decide until a job arrives (an event of its own)
-            if on_progress:
+            if on_progress and finished != reported:
                 on_progress(finished, total)
+                reported = finished
             continue
         decisions += len(loop.round(now))
         rounds += 1
@@ -523,8 +532,9 @@ def simulate(
             timer = None
         if timer is not None and round_s is not None:
             tick, timer = next_tick(timer), None
-        if on_progress:
+        if on_progress and finished != reported:
             on_progress(finished, total)
+            reported = finished
     acc.placement_gpu_s, acc.busy_gpu_s = placement_gpu_s, busy_gpu_s
     acc.record(now, cluster.used_gpus(), loop.jobs.num_waiting)
     makespan = now - (jobs[0].submit_time_s if jobs else 0.0)
