@@ -663,8 +663,9 @@ class ScalingPredictor(TaskPredictor):
         """Log-error quantiles (p10, p90) per source of each term: compute measured (in
         sample), scaled from other types (each job's measured types left out in turn), from
         the prior (each job's per-sample time against the others' median); sync fitted here
-        (in sample), from the job elsewhere or from the prior (each training cluster's
-        multi-GPU rows predicted without them)."""
+        (in sample), from the job elsewhere (each training cluster's multi-GPU rows predicted
+        without them), from the prior (each group of jobs' multi-GPU rows predicted without
+        them)."""
         steps = self.rows_["step_time_s"].to_numpy(dtype=float)
         single = arrays.gpus == 1
         errors: dict[str, list[np.ndarray]] = {k: [] for k in
@@ -688,24 +689,23 @@ class ScalingPredictor(TaskPredictor):
             [np.log(c.reference()[0]) + self._speed(g) for (_, g), c in self.curves_.items()]
         )
         errors["c2"].append(refs - np.median(refs))
-        # synchronization of a cluster not seen at scale
-        clusters = np.where(arrays.cluster == "", arrays.gpu, arrays.cluster)
         saved = (self.bytes_, self.job_bytes_, self.across_ratio_, self.prior_,
                  self.prior_latency_, self.prior_medians_, self.prior_step_)  # fmt: skip
+        # synchronization of a cluster not seen at scale: a cluster's rows not fitted there,
+        # whatever stood in for them; each cluster weighs the same, as the next cluster is one
+        # more of them
+        clusters = np.where(arrays.cluster == "", arrays.gpu, arrays.cluster)
         for cluster in np.unique(clusters[~single]):
-            held = ~single & (clusters == cluster)
-            keep = self.rows_[~held].reset_index(drop=True)
-            kept = Rows.of(keep)
-            rows_ = self.rows_
-            self.rows_ = keep
-            self._fit_bytes(kept)
-            self._fit_priors(choose=False)  # the family or the median, as chosen on every job
-            self.rows_ = rows_
-            log_pred, _, sync = self._predict_log(arrays, held)
-            error = np.log(steps[held]) - log_pred
-            # a cluster's rows not fitted there, whatever stood in for them: each cluster
-            # weighs the same, as the next cluster is one more of them
-            errors["s1"].append(error[(sync > 0) & np.isfinite(error)])
+            error, _ = self._sync_held_out(arrays, steps, ~single & (clusters == cluster))
+            errors["s1"].append(error)
+        # synchronization of a job never measured at scale (its bytes from the prior): the
+        # multi-GPU rows of 5 groups of jobs held out in turn; each job weighs the same
+        jobs = np.unique(arrays.job[~single])
+        if len(jobs) >= 2:
+            for _, test in GroupKFold(min(5, len(jobs))).split(jobs, groups=jobs):
+                held = ~single & np.isin(arrays.job, jobs[test])
+                error, job = self._sync_held_out(arrays, steps, held)
+                errors["s2"].extend(error[job == j] for j in np.unique(job))
         (self.bytes_, self.job_bytes_, self.across_ratio_, self.prior_, self.prior_latency_,
          self.prior_medians_, self.prior_step_) = saved  # fmt: skip
         self.spread_ = {}
@@ -722,6 +722,21 @@ class ScalingPredictor(TaskPredictor):
             self.spread_[later] = tuple(
                 np.fmax(self.spread_[later], self.spread_[earlier]).tolist()
             )
+
+    def _sync_held_out(
+        self, arrays: Rows, steps: np.ndarray, held: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(log error, job) of the rows `held` whose synchronization was predicted with the
+        sync terms and priors refitted without them (the caller restores the fitted ones)."""
+        rows_ = self.rows_
+        self.rows_ = rows_[~held].reset_index(drop=True)
+        self._fit_bytes(Rows.of(self.rows_))
+        self._fit_priors(choose=False)  # the family or the median, as chosen on every job
+        self.rows_ = rows_
+        log_pred, _, sync = self._predict_log(arrays, held)
+        error = np.log(steps[held]) - log_pred
+        kept = (sync > 0) & np.isfinite(error)
+        return error[kept], arrays.job[held][kept]
 
     # -- prediction -------------------------------------------------------------------------
 
