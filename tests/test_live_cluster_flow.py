@@ -113,9 +113,11 @@ def test_cluster_up_add_node_submit_serve_again_down_from_a_shell(tmp_path):
     serve = None
     try:
         script = (tmp_path / "script.log").open("w")
+        # a hang, not a speed: two raylets, the service and a job's worker took over 500 s
+        # on two cores at load 7-9 (a CI run beside two benchmarks and a simulation)
         done = subprocess.run(
             ["bash", str(ROOT / "examples" / "live_cluster.sh"), str(state)],
-            stdout=script, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT, timeout=500,
+            stdout=script, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT, timeout=900,
         )  # fmt: skip
         out = (tmp_path / "script.log").read_text()
         assert done.returncode == 0, out[-4000:]
