@@ -245,14 +245,20 @@ def build_workload(
 
 # `Job`'s fields in the order `build_workload` passes them: a million jobs built with keywords
 # take twice as long as with positions (CPython matches each keyword against the parameter
-# names), so the loop passes positions and this check keeps it honest if the fields move
+# names), so the loop passes positions and this check keeps it honest if the fields move or
+# the defaults it passes as constants change
 _JOB_FIELDS = (
     *("job_id", "submit_time_s", "job_type", "num_gpus", "batch_size", "total_samples"),
     *("duration_s", "gpu_type", "user", "vc", "trace_job", "deadline_s", "group", "min_gpus"),
     *("max_gpus", "score", "curve", "statistical"),
 )
-if tuple(f.name for f in fields(Job)) != _JOB_FIELDS:
-    raise TypeError(f"Job's fields changed: update build_workload's call and {_JOB_FIELDS}")
+_DEFAULTS_PASSED = {"gpu_type": None, "group": None, "min_gpus": 1, "score": None, "curve": 5.0}
+if tuple(f.name for f in fields(Job)) != _JOB_FIELDS or any(
+    f.default != _DEFAULTS_PASSED[f.name] for f in fields(Job) if f.name in _DEFAULTS_PASSED
+):
+    raise TypeError(
+        f"Job's fields changed: update build_workload's call, {_JOB_FIELDS} and {_DEFAULTS_PASSED}"
+    )
 
 
 def _optional(table: pd.DataFrame, column: str, cast: Callable[[Any], T]) -> list[T | None]:
