@@ -188,9 +188,16 @@ class PlanRates:
     than a projection's; no rate or overhead can be negative, so no plan is predicted faster
     for doing more work). With fewer operator runs than rates to fit, one median rate."""
 
-    def fit(self, plan: pd.DataFrame) -> Self:
-        nodes = node_table(plan)
-        units = base_units(plan, nodes)
+    def fit(
+        self,
+        plan: pd.DataFrame,
+        nodes: pd.DataFrame | None = None,
+        units: pd.Series | None = None,
+    ) -> Self:
+        """Fit on `plan`'s runs; `nodes` and `units` where the caller already has them (they
+        may cover more runs than `plan`: only `plan`'s are read)."""
+        nodes = node_table(plan) if nodes is None else nodes
+        units = base_units(plan, nodes) if units is None else units
         info = runs(plan).join(form(plan).rename("form"))
         ratio = info["e2e_latency_ms"] / units.reindex(info.index)
         self.rates_ = ratio.groupby(info["form"]).median().to_dict()

@@ -28,7 +28,15 @@ from sklearn.base import BaseEstimator, clone
 
 from perfcast.datasets.splits import folds
 from perfcast.errors import PerfcastError
-from perfcast.features.plans import PlanRates, op_kind, plan_graphs, plan_table, runs
+from perfcast.features.plans import (
+    PlanRates,
+    base_units,
+    node_table,
+    op_kind,
+    plan_graphs,
+    plan_table,
+    runs,
+)
 from perfcast.predictor.base import TaskPredictor, flags_column, interval_frame
 from perfcast.predictor.graph_models import GraphQuantileNet
 from perfcast.predictor.regressors import (
@@ -113,34 +121,41 @@ class QueryPredictor(TaskPredictor):
         self.queries_ = frozenset(info["query"].astype(str))
         self.largest_scale_ = info.groupby("engine")["scale_factor"].max().astype(float).to_dict()
         self.operators_ = frozenset(op_kind(rows["op"]))
-        self.unseen_margins_ = self._unseen_margins(rows, y, info)
+        self.unseen_margins_ = self._unseen_margins(rows, X, y, info)
         self.fitted_ = True
         return self
 
-    def _unseen_margins(self, rows: pd.DataFrame, y: np.ndarray, info: pd.DataFrame) -> dict:
+    def _unseen_margins(
+        self, rows: pd.DataFrame, X: pd.DataFrame, y: np.ndarray, info: pd.DataFrame
+    ) -> dict:
         """The conformal margin of the raw quantiles on runs of queries held out, and on each
         engine's largest scale held out (trained on the smaller ones), the physical base's
         rates refitted without them too (fitted on every run, the base of a held-out run was
         in sample: DuckDB's largest scale, 71-73% coverage); never below the fit's own margin
         (its folds hold out whole queries). An operator never seen takes the larger of the
-        two. `y`: log e2e per run, in `info`'s order."""
+        two. `X`: the fit's inputs; `y`: log e2e per run, in `info`'s order."""
         raw = clone(self.regressor_.regressor).set_params(**self.regressor_.chosen_)
         base = self.regressor_.margin_
         sample = rows["sample_id"].to_numpy()
+        nodes = node_table(rows)  # every fold's base reads them, whatever its rates
+        units = base_units(rows, nodes)
 
         def margin(folds: list[tuple[np.ndarray, np.ndarray]]) -> float:
             scores = []
             for train, test in folds:
                 if len(train) < MIN_CALIBRATION_RUNS or not len(test):
                     continue
-                trained = rows[np.isin(sample, info.index[train])]
-                X, log_base = self._inputs(rows, PlanRates().fit(trained))
-                X, log_base = X.reindex(info.index), pd.Series(log_base, X.index)
-                correction = y - log_base.reindex(info.index).to_numpy()
+                rates = PlanRates().fit(rows[np.isin(sample, info.index[train])], nodes, units)
+                if self.model in GRAPH_FAMILIES:  # the graphs carry the base: made again
+                    fold_X, log_base = self._inputs(rows, rates)
+                else:  # the tabular features do not depend on the rates
+                    fold_X = X
+                    log_base = np.log(rates.base_ms(rows, nodes, units).to_numpy(dtype=float))
+                correction = y - log_base
                 lo, _, hi = (
                     clone(raw)
-                    .fit(take_rows(X, train), correction[train])
-                    .predict_quantiles(take_rows(X, test))
+                    .fit(take_rows(fold_X, train), correction[train])
+                    .predict_quantiles(take_rows(fold_X, test))
                 )
                 scores.append(conformity_scores(lo, hi, correction[test]))
             held = np.concatenate(scores) if scores else np.empty(0)
