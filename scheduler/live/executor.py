@@ -495,6 +495,11 @@ class RayExecutor:
                 if orphans.silent
                 else ""
             )
+            if orphans.busy:
+                silent += (
+                    f" ({len(orphans.busy)} running an attempt no job records: "
+                    f"{' '.join(orphans.busy)})"
+                )
             self.store.log(
                 None,
                 "orphan workers",

@@ -45,6 +45,7 @@ class OrphanWorkers(NamedTuple):
     adopted: list[str]  # idle: kept as spares
     killed: list[str]
     silent: list[str]  # of those killed, the ones that did not answer in time
+    busy: list[str]  # of those killed, the ones running an attempt no job records
 
 
 class WorkerPool:
@@ -149,17 +150,19 @@ class WorkerPool:
             for node, node_id in enumerate(self.nodes.node_ids)
             if node not in self.nodes.dead
         }
-        adopted, killed = [], []
+        adopted, killed, busy = [], [], []
         silent = [name for name, pair in asked.items() if not all(r in answered for r in pair)]
         for name, worker in orphans.items():
             node = None if name in silent else _idle_on(asked[name], alive)
-            if node is not None and len(self._spares[node]) < self.idle_per_node:
+            if node not in (None, BUSY) and len(self._spares[node]) < self.idle_per_node:
                 self._spares[node].append(Spare.of(worker, name))
                 adopted.append(name)
             else:
+                if node == BUSY:
+                    busy.append(name)
                 ray.kill(worker, no_restart=True)
                 killed.append(name)
-        return OrphanWorkers(adopted, killed, silent)
+        return OrphanWorkers(adopted, killed, silent, busy)
 
     def find(self, name: str) -> Any:
         """The handle of a named worker of this namespace (ValueError if there is none)."""
@@ -182,11 +185,15 @@ class WorkerPool:
         return worker, name
 
 
+BUSY = -1  # `_idle_on`'s answer for an orphan that runs an attempt
+
+
 def _idle_on(refs: tuple[Any, Any], alive: dict[str, int]) -> int | None:
     """The core node of an orphan whose (status, info) answers, both come, are `refs`, if it
-    runs nothing and its Ray node is one of `alive` (Ray node id -> core node); else None."""
+    runs nothing and its Ray node is one of `alive` (Ray node id -> core node); BUSY if it runs
+    an attempt (a crashed scheduler's launch can reach it after the crash); else None."""
     try:
         status, info = ray.get(list(refs))
     except RayError:  # its process died
         return None
-    return None if status["busy"] else alive.get(info["node_id"])
+    return BUSY if status["busy"] else alive.get(info["node_id"])
