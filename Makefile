@@ -39,8 +39,8 @@ run: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check .
 	# a worker per core, each test module whole on one worker (its fitted models built once) and
-	# the modules that start Ray on one worker between them (tests/conftest.py)
-	$(BIN)/python -m pytest -q -n auto --dist loadgroup --durations=10
+	# the modules that start Ray on one worker between them, first (tests/conftest.py)
+	$(BIN)/python -m pytest -q -n auto --dist loadgroup --no-loadscope-reorder --durations=10
 
 lint: $(STAMP)
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
