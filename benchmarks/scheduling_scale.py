@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from benchmarks.report import markdown, section_rows, write_section
+from benchmarks.report import BENCHMARKS_MD, markdown, section_rows, write_section
+from benchmarks.summary import sections
 from perfcast.atomic import atomic_open
 from perfcast.datasets import registry
 from perfcast.paths import state_dir
@@ -163,9 +164,20 @@ def kept_rows(policies: tuple[str, ...]) -> list[dict[str, str]]:
     return [{"measured": r.get("measured", stamp or "")} | r for r in kept]
 
 
+def kept_notes() -> str:
+    """What the section says under its table (notes written by hand on how far to trust the
+    rows and what changed), kept by a re-run of some policies; empty when there is none."""
+    text = BENCHMARKS_MD.read_text() if BENCHMARKS_MD.exists() else ""
+    lines = sections(text).get("scheduling-scale", "").splitlines()
+    last = max((i for i, line in enumerate(lines) if line.startswith("|")), default=None)
+    return "" if last is None else "\n".join(lines[last + 1 :]).strip()
+
+
 def scale_section(cpu_limit_s: int, policies: tuple[str, ...] = SCALE_POLICIES) -> Path:
     """Section `scheduling-scale` of docs/BENCHMARKS.md from one run of each policy and load
-    in `policies`; the other policies' rows are kept as they were measured."""
+    in `policies`; the other policies' rows are kept as they were measured, and with them the
+    notes under the table (a run of every policy starts them again)."""
+    notes = kept_notes() if set(policies) != set(SCALE_POLICIES) else ""
     trace = scale_trace(state_dir() / "bench-scheduling")
     rows = kept_rows(policies) + scale_rows(trace, cpu_limit_s, policies)
     order = {p: i for i, p in enumerate(SCALE_POLICIES)}
@@ -187,6 +199,8 @@ policies and keeps the others' rows). Target: every run under {TARGET_CPU_S:.0f}
 {TARGET_RSS_MIB / 1024:.0f} GiB. A run is stopped by the kernel at {cpu_limit_s} s of CPU.
 
 {table}
+
+{notes}
 """
     return write_section(
         "scheduling-scale",

@@ -29,6 +29,7 @@ from perfcast.scheduler.core.loop import (
 from perfcast.scheduler.core.predictions import JobPredictor
 from perfcast.scheduler.facts.catalog import InterferenceCatalog, ScalingCatalog
 from perfcast.scheduler.policies import make_policy, srtf_predicted
+from perfcast.scheduler.policies.pollux import PolluxPolicy
 from perfcast.scheduler.policies.srtf_predicted import (
     SrtfPredictedPolicy,
     _log_width,
@@ -298,3 +299,33 @@ def test_srtf_predicted_columns_made_again_give_the_same_answers(monkeypatch):
     jobs = outcome(srtf_run(workload, make_policy("srtf-predicted"), exact=False))
     assert len(made) > 3  # made again
     assert jobs == outcome(srtf_run(workload, ReferenceSrtf(), exact=False))
+
+
+POLLUX_JOBS = 4_000  # its full answer ranks every active job each round
+
+
+class FullPollux(PolluxPolicy):
+    """`pollux` answering every round with its full schedule (every active job ranked, every
+    running job placed again), as it does when some job progresses statistically."""
+
+    def configure(self, workload: Workload) -> None:
+        super().configure(workload)
+        self._fixed_sizes = False
+
+
+def test_pollux_with_fixed_sizes_answers_as_its_full_schedule():
+    """With no statistical job, `pollux` keeps its ranking incrementally and lists only what
+    changes (and the jobs on several nodes, which it may move onto fewer): every job ends when
+    and as often preempted as under the full answer, its placements' moves included."""
+    workload = scale_workload(POLLUX_JOBS)
+    assert not workload.statistical_jobs
+    spec = ClusterSpec.parse(CLUSTER)
+    incremental, full = make_policy("pollux"), FullPollux()
+    ours, reference = simulate(workload, spec, incremental), simulate(workload, spec, full)
+    assert incremental._queues is not None and full._queues is None  # the two paths ran
+    jobs = outcome(ours)
+    assert len(jobs) == POLLUX_JOBS
+    assert jobs == outcome(reference)
+    assert sum(preempted for _, preempted in jobs.values()) > 100  # its order preempts
+    moved = sum(s.resizes for s in reference.jobs.all.values())
+    assert moved > 0 and moved == sum(s.resizes for s in ours.jobs.all.values())

@@ -111,6 +111,7 @@ class ClusterState:
         self.occupants: list[list[list[str]]] = [[[] for _ in range(n)] for n in self.node_size]
         self.free_per_node: list[int] = list(self.node_size)
         self._total_gpus = sum(self.node_size)
+        self.largest_node = max(self.node_size, default=0)  # the most GPUs of any node
         self.free_gpus = self._total_gpus
         self._free_of_type: dict[str, int] = {}  # free GPUs per GPU type
         self.placements = 0  # (job, GPU) pairs: a GPU shared by two jobs counts twice

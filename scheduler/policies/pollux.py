@@ -27,6 +27,11 @@ and batch size are chosen for goodput, throughput x statistical efficiency.
 - Batch size is re-chosen every round for the job's current epoch; on the same GPUs the
   simulator changes it without a restart (AdaptDL rescales in place).
 - As in the artifact, NCF keeps its 32,768 batch on one GPU.
+- A run where no job progresses statistically (a trace of durations: every job holds the GPUs
+  it asked for) gets the same answers at the cost of what changes: the order is kept
+  incrementally (Tiresias's `LasQueues`, with the service classes as its queues) and a round
+  lists only the jobs it starts or stops and those on more than one node, instead of ranking
+  and placing every active job again (`PolluxPolicy._fill`).
 """
 
 from __future__ import annotations
@@ -45,10 +50,12 @@ from perfcast.scheduler.core.loop import (
     Allocation,
     ConsolidatedPlacement,
     RoundContext,
+    Schedule,
     SchedulingPolicy,
 )
 from perfcast.scheduler.facts.throughput import JobProfile
 from perfcast.scheduler.policies import PolicyOptionError, register
+from perfcast.scheduler.policies.tiresias import LasQueues
 
 GPUS_PER_NODE = 4  # the artifact's T4 nodes; goodput is estimated for packed placements
 FIXED = {"ncf-movielens": 32768}  # the artifact pins NCF's batch and gives it one GPU
@@ -57,6 +64,9 @@ MODELS = ("fitted", "oracle")  # where step times and gradient noise come from
 # Pollux; `type`: every job's of its type, finished ones included, knowledge Pollux lacks (a
 # new job starts with a fitted model and a cap of twice the type's most GPUs)
 PROFILES = ("job", "type")
+# `service_class` as LasQueues thresholds (GPU-seconds): class k from 3600 x (2^k - 1); 40
+# classes reach 2^40 GPU-hours, beyond any job
+SERVICE_THRESHOLDS = tuple(3600.0 * (2.0**k - 1.0) for k in range(1, 41))
 
 
 class PackingPlacement(ConsolidatedPlacement):
@@ -68,16 +78,27 @@ class PackingPlacement(ConsolidatedPlacement):
     span more nodes than the free and its own GPUs would need moves onto as few as they allow
     (one restart, as any resize); waiting jobs start best fit (`find_free`)."""
 
+    def __init__(self) -> None:
+        # the running jobs it placed on more nodes than the largest nodes would need, in
+        # placement order: the ones a round may move onto fewer (finished or suspended ones
+        # are dropped when met)
+        self.spread: dict[str, None] = {}
+
     def place(self, schedule: Sequence[Allocation], ctx: RoundContext) -> None:
         jobs = ctx.jobs
-        wanted = {a.job_id: a for a in schedule}
-        for state in list(jobs.running()):
-            alloc = wanted.get(state.job_id)
-            if alloc is None or alloc.num_gpus == 0:
-                ctx.commit(Suspend(state.job_id))
-            elif alloc.num_gpus < state.num_gpus:
-                kept = compact(state.gpus, alloc.num_gpus)
-                ctx.commit(Resize(state.job_id, kept, alloc.batch_size))
+        if isinstance(schedule, Schedule) and schedule.keep_running:
+            # only the listed jobs change: running ones at 0 GPUs are suspended, the others
+            # are placed below (the policy lists every running job that may move)
+            for alloc in schedule:
+                state = jobs[alloc.job_id]
+                if alloc.num_gpus < state.num_gpus and state.status is JobStatus.RUNNING:
+                    self._shrink(state, alloc, ctx)
+        else:
+            wanted = {a.job_id: a for a in schedule}
+            for state in list(jobs.running()):
+                alloc = wanted.get(state.job_id, Allocation(state.job_id, 0, state.batch_size))
+                if alloc.num_gpus < state.num_gpus:
+                    self._shrink(state, alloc, ctx)
         for alloc in sorted(schedule, key=lambda a: -a.num_gpus):  # stable: priority order
             state = jobs[alloc.job_id]
             if alloc.num_gpus == 0:
@@ -88,6 +109,27 @@ class PackingPlacement(ConsolidatedPlacement):
             slots = ctx.cluster.find_free(alloc.num_gpus, alloc.gpu_type)
             if slots is not None:
                 ctx.commit(Run(alloc.job_id, slots, alloc.batch_size, alloc.share))
+                self._note(state, ctx)
+
+    def _shrink(self, state: JobState, alloc: Allocation, ctx: RoundContext) -> None:
+        if alloc.num_gpus == 0:
+            ctx.commit(Suspend(state.job_id))
+        else:
+            kept = compact(state.gpus, alloc.num_gpus)
+            ctx.commit(Resize(state.job_id, kept, alloc.batch_size))
+        self._note(state, ctx)
+
+    def _note(self, state: JobState, ctx: RoundContext) -> None:
+        """Keep `spread` up to date after a decision on `state`. A job on k nodes, each of at
+        most m GPUs, can move onto fewer only if k - 1 of them hold it: when its GPUs need
+        k nodes of m (16 on two nodes of 8, say) `grow` would only ever keep it."""
+        gpus = state.gpus
+        if gpus and any(node != gpus[0][0] for node, _ in gpus):
+            nodes = len({node for node, _ in gpus})
+            if (nodes - 1) * ctx.cluster.largest_node >= len(gpus):
+                self.spread[state.job_id] = None
+                return
+        self.spread.pop(state.job_id, None)
 
     def grow(self, state: JobState, alloc: Allocation, ctx: RoundContext) -> None:
         cluster, n = ctx.cluster, alloc.num_gpus
@@ -123,6 +165,7 @@ class PackingPlacement(ConsolidatedPlacement):
             raise AssertionError(f"pollux placed {state.job_id} on {slots} for {n} GPUs")
         if set(slots) != set(state.gpus) or alloc.batch_size != state.batch_size:
             ctx.commit(Resize(state.job_id, tuple(slots), alloc.batch_size))
+            self._note(state, ctx)
 
     @staticmethod
     def _keep(state: JobState, alloc: Allocation, ctx: RoundContext) -> None:
@@ -192,9 +235,20 @@ class PolluxPolicy(SchedulingPolicy):
         self.profiles: dict[str, JobProfile] = {}
         self._gpus: dict[str, tuple] = {}  # each job's GPUs at the last round
         self.restarts: Counter[str] = Counter()
+        self._fixed_sizes = False  # set by `configure`: no job of the run is statistical
+        self._queues: LasQueues | None = None
 
     def configure(self, workload: Any) -> None:
         self._model = workload.statistical_model
+        # with no job progressing statistically every job holds the GPUs it asked for, and a
+        # round is Tiresias's greedy fill in Pollux's order: kept incrementally (`_fill`)
+        self._fixed_sizes = not workload.statistical_jobs
+
+    @property
+    def idle_without_waiting(self) -> bool:  # type: ignore[override]
+        """With fixed sizes and no job on more nodes than it needs, a round with nobody
+        waiting decides nothing (everyone runs, nobody may move): the simulator skips it."""
+        return self._fixed_sizes and not self.placement.spread
 
     def goodput(self, state: JobState, num_gpus: int) -> tuple[float, int]:
         """(best goodput, its global batch) of a job on `num_gpus` GPUs in its current epoch."""
@@ -307,6 +361,8 @@ class PolluxPolicy(SchedulingPolicy):
                 self._gpus[job_id] = state.gpus
 
     def schedule(self, ctx: RoundContext) -> list[Allocation]:
+        if self._fixed_sizes:
+            return self._fill(ctx)
         self._count_restarts(ctx)
         if self.model == "fitted":
             self._report(ctx)
@@ -359,6 +415,31 @@ class PolluxPolicy(SchedulingPolicy):
         return [
             Allocation(job_id, n, self.goodput(by_id[job_id], n)[1]) for job_id, n in size.items()
         ]
+
+    def _fill(self, ctx: RoundContext) -> Schedule:
+        """`schedule`'s answer when every job holds its requested GPUs, as the changes to the
+        running set, at the cost of what changes: the greedy fill of jobs in order of service
+        class then submission (`LasQueues`), plus the running jobs on more than one node, which
+        placement may move onto fewer. In priority order, so placement's stable sort by size
+        places what the full answer's would and in the same order (the running jobs left out
+        of this list would only be kept)."""
+        if self._queues is None or self._queues.jobs is not ctx.jobs:
+            self._queues = LasQueues(ctx.jobs, SERVICE_THRESHOLDS)
+        queues = self._queues
+        queues.refresh(ctx.now)
+        changes = queues.fill(ctx.cluster.total_gpus)
+        listed = {a.job_id for a in changes}
+        spread = self.placement.spread
+        jobs = ctx.jobs.all
+        for job_id in list(spread):
+            state = jobs[job_id]
+            if state.status is not JobStatus.RUNNING:
+                del spread[job_id]
+            elif job_id not in listed:
+                changes.append(Allocation(job_id, state.num_gpus, state.batch_size))
+        stops = [a for a in changes if a.num_gpus == 0]
+        places = sorted((a for a in changes if a.num_gpus), key=lambda a: queues.rank(a.job_id))
+        return Schedule(stops + places, keep_running=True)
 
 
 def service_class(attained_gpu_s: float) -> int:

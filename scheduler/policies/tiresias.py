@@ -87,7 +87,9 @@ class LasQueues:
     order; per queue, a Fenwick tree of requested GPUs by slot finds where the GPUs run out,
     and sorted slot lists (waiting, running, and per requested size) give the jobs around that
     point. A waiting job's queue is fixed; a running job's changes only when it crosses a
-    threshold, predicted per job in a heap and re-checked exactly. Changes reported by the
+    threshold, predicted per job in a heap and re-checked exactly. Slots are numbered again
+    (the same order) when finished jobs' outnumber the active ones' four to one, so memory
+    follows the active jobs, not the trace. Changes reported by the
     table (`JobTable.watch`) are applied at the next `refresh`, after the executor has brought
     the counters of the jobs that changed up to date."""
 
@@ -119,6 +121,11 @@ class LasQueues:
     def queue_of(self, attained_gpu_s: float) -> int:
         return bisect.bisect_right(self.thresholds, attained_gpu_s)
 
+    def rank(self, job_id: str) -> tuple[int, int]:
+        """An active job's place in the order, (queue, slot): smaller first. Call `refresh`
+        first."""
+        return self._where[job_id][0], self._slot[job_id]
+
     # --- following the table ------------------------------------------------------------------
     def _seen(self, state: JobState) -> None:
         job_id = state.job_id
@@ -129,6 +136,10 @@ class LasQueues:
             self._last_submit = max(self._last_submit, submit)
             self._slot[job_id] = len(self._job_at)
             self._job_at.append(job_id)
+            if len(self._job_at) > 4 * len(self._slot) + 4096:
+                # mostly slots of finished jobs: numbered again, so that the trees and lists
+                # stay the size of the active jobs, not of every job ever seen
+                self._reslot = True
         self._dirty[job_id] = None
 
     def refresh(self, now: float) -> None:
@@ -210,43 +221,47 @@ class LasQueues:
         makes to the running set: a 0-GPU allocation for each running job left out (they come
         first), then the waiting jobs that get GPUs, in order. Running jobs not listed keep
         their GPUs (`keep_running`). Call `refresh` first."""
-        levels = len(self._totals)
+        totals = self._totals
+        used = [queue for queue, total in enumerate(totals) if total]  # the queues with jobs
         # every job before the cut (queue, slot) fits; the job at the cut does not
-        cut_queue, cut_slot, left = levels, 0, capacity
-        for queue in range(levels):
-            if self._totals[queue] <= left:
-                left -= self._totals[queue]
+        cut_queue, cut_slot, left = len(totals), 0, capacity
+        for queue in used:
+            if totals[queue] <= left:
+                left -= totals[queue]
                 continue
-            cut_slot, used = self._sums[queue].longest_prefix(left)
-            cut_queue, left = queue, left - used
+            cut_slot, taken = self._sums[queue].longest_prefix(left)
+            cut_queue, left = queue, left - taken
             break
+        past = [queue for queue in used if queue >= cut_queue]
         # past the cut only jobs that fit in what is left: the first such job of any size
         picked: list[int] = []  # slots, in order
-        queue, after = cut_queue, cut_slot
-        while left > 0 and queue < levels:
-            best: tuple[int, int] | None = None  # (slot, requested GPUs)
-            for need in self._sizes[queue]:
-                if need > left:
+        for queue in past:
+            after = cut_slot if queue == cut_queue else 0
+            while left > 0:
+                best: tuple[int, int] | None = None  # (slot, requested GPUs)
+                for need in self._sizes[queue]:
+                    if need > left:
+                        break
+                    slots = self._by_size[queue][need]
+                    i = bisect.bisect_left(slots, after)
+                    if i < len(slots) and (best is None or slots[i] < best[0]):
+                        best = (slots[i], need)
+                if best is None:
                     break
-                slots = self._by_size[queue][need]
-                i = bisect.bisect_left(slots, after)
-                if i < len(slots) and (best is None or slots[i] < best[0]):
-                    best = (slots[i], need)
-            if best is None:
-                queue, after = queue + 1, 0
-                continue
-            picked.append(best[0])
-            left -= best[1]
-            after = best[0] + 1
+                picked.append(best[0])
+                left -= best[1]
+                after = best[0] + 1
         out = Schedule(keep_running=True)
-        for queue in range(cut_queue, levels):
+        for queue in past:
             running = self._running[queue]
             first = bisect.bisect_left(running, cut_slot) if queue == cut_queue else 0
             for slot in running[first:]:
                 if slot not in picked:
                     state = self._state(slot)
                     out.append(Allocation(state.job_id, 0, state.batch_size))
-        for queue in range(min(cut_queue + 1, levels)):
+        for queue in used:
+            if queue > cut_queue:
+                break
             waiting = self._waiting[queue]
             end = bisect.bisect_left(waiting, cut_slot) if queue == cut_queue else len(waiting)
             out.extend(self._start(self._state(slot)) for slot in waiting[:end])
