@@ -334,7 +334,10 @@ class SchedulingLoop:
             return schedule
         keep = isinstance(schedule, Schedule) and schedule.keep_running
         if keep:  # only a listed 0-GPU allocation drops a running job
-            dropped = [a.job_id for a in schedule if a.num_gpus == 0 and a.job_id in recent]
+            stops = {a.job_id for a in schedule if a.num_gpus == 0}
+            # in start order, as a plain list's: held jobs come first in what placement sees,
+            # and a placement that moves running jobs (pollux) takes them in that order
+            dropped = [job_id for job_id in recent if job_id in stops] if stops else []
         else:
             # a plain list names every job to hold GPUs: it drops the recent ones it leaves out
             listed = {a.job_id for a in schedule if a.num_gpus > 0}
