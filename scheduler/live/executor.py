@@ -489,22 +489,19 @@ class RayExecutor:
         orphans = self.pool.reclaim_orphans(name for r in records for name in r.workers)
         if orphans.adopted or orphans.killed:
             adopted = f": {' '.join(orphans.adopted)}" if orphans.adopted else ""
-            silent = (
-                f" ({len(orphans.silent)} gave no answer in {ORPHAN_ANSWER_S:g} s: "
-                f"{' '.join(orphans.silent)})"
-                if orphans.silent
-                else ""
+            # why some were killed, each reason with the workers it names
+            reasons = (
+                (f"gave no answer in {ORPHAN_ANSWER_S:g} s", orphans.silent),
+                ("running an attempt no job records", orphans.busy),
             )
-            if orphans.busy:
-                silent += (
-                    f" ({len(orphans.busy)} running an attempt no job records: "
-                    f"{' '.join(orphans.busy)})"
-                )
+            why = "".join(
+                f" ({len(names)} {reason}: {' '.join(names)})" for reason, names in reasons if names
+            )
             self.store.log(
                 None,
                 "orphan workers",
                 f"{len(orphans.adopted)} idle adopted as spares{adopted}; "
-                f"{len(orphans.killed)} killed{silent}",
+                f"{len(orphans.killed)} killed{why}",
             )
         return orphans
 
