@@ -48,11 +48,16 @@ def write_section(name: str, title: str, command: str, body: str) -> Path:
     return atomic_write_text(BENCHMARKS_MD, with_summary(text))
 
 
+def section_text(name: str) -> str | None:
+    """Section `name` as it stands in docs/BENCHMARKS.md; None without it."""
+    text = BENCHMARKS_MD.read_text() if BENCHMARKS_MD.exists() else ""
+    return sections(text).get(name)
+
+
 def section_rows(name: str) -> tuple[list[dict[str, str]], str | None]:
     """The table rows of section `name` as it stands in docs/BENCHMARKS.md (header -> cell),
     and the date its `Measured` stamp gives; ([], None) without the section."""
-    text = BENCHMARKS_MD.read_text() if BENCHMARKS_MD.exists() else ""
-    section = sections(text).get(name)
+    section = section_text(name)
     if section is None:
         return [], None
     return table_rows(section), measured_stamp(section)

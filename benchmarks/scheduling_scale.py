@@ -19,8 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from benchmarks.report import BENCHMARKS_MD, markdown, section_rows, write_section
-from benchmarks.summary import sections
+from benchmarks.report import markdown, section_rows, section_text, write_section
 from perfcast.atomic import atomic_open
 from perfcast.datasets import registry
 from perfcast.paths import state_dir
@@ -167,8 +166,7 @@ def kept_rows(policies: tuple[str, ...]) -> list[dict[str, str]]:
 def kept_notes() -> str:
     """What the section says under its table (notes written by hand on how far to trust the
     rows and what changed), kept by a re-run of some policies; empty when there is none."""
-    text = BENCHMARKS_MD.read_text() if BENCHMARKS_MD.exists() else ""
-    lines = sections(text).get("scheduling-scale", "").splitlines()
+    lines = (section_text("scheduling-scale") or "").splitlines()
     last = max((i for i, line in enumerate(lines) if line.startswith("|")), default=None)
     return "" if last is None else "\n".join(lines[last + 1 :]).strip()
 
