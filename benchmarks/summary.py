@@ -99,7 +99,7 @@ HEADLINES = (
     Headline(
         "pollux below published Pollux (8 workloads)",
         "scheduling-peer", {}, "", target="8 of 8",
-        pattern=r"per-job fitting.*?Below Pollux on (\d+ of \d+)",
+        pattern=r"\(per\s+job,\s+its\s+default\)\s+below\s+the\s+artifact's\s+Pollux:\s+(\d+\s+of\s+8)",
     ),
     Headline(
         "live migration, 24.2M parameters", "executor",
@@ -137,7 +137,7 @@ def table_rows(section: str) -> list[dict[str, str]]:
 def _value(section: str, h: Headline) -> str | None:
     if h.pattern:
         found = re.search(h.pattern, section, re.S)
-        return found.group(1) if found else None
+        return " ".join(found.group(1).split()) if found else None  # prose may wrap inside
     return _cell(table_rows(section), h.row, h.column)
 
 
