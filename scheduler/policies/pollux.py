@@ -31,7 +31,8 @@ and batch size are chosen for goodput, throughput x statistical efficiency.
   it asked for) gets the same answers at the cost of what changes: the order is kept
   incrementally (Tiresias's `LasQueues`, with the service classes as its queues) and a round
   lists only the jobs it starts or stops and those on more than one node, instead of ranking
-  and placing every active job again (`PolluxPolicy._fill`).
+  and placing every active job again (`PolluxPolicy._fill`); a round where one job waits and
+  fits, with no job spread, starts it without the ranking (the fill would list it alone).
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ from perfcast.scheduler.core.loop import (
     RoundContext,
     Schedule,
     SchedulingPolicy,
+    start_all_waiting,
 )
 from perfcast.scheduler.facts.throughput import JobProfile
 from perfcast.scheduler.policies import PolicyOptionError, register
@@ -423,6 +425,12 @@ class PolluxPolicy(SchedulingPolicy):
         placement may move onto fewer. In priority order, so placement's stable sort by size
         places what the full answer's would and in the same order (the running jobs left out
         of this list would only be kept)."""
+        if not self.placement.spread and ctx.jobs.num_waiting == 1:
+            # one job waits and fits: the fill would start it alone and list nobody to move
+            # (no job is spread); the ranking catches up at the next round that needs it
+            start = start_all_waiting(ctx)
+            if start is not None:
+                return start
         if self._queues is None or self._queues.jobs is not ctx.jobs:
             self._queues = LasQueues(ctx.jobs, SERVICE_THRESHOLDS)
         queues = self._queues
