@@ -409,8 +409,10 @@ def roundings() -> dict[str, dict[str, str]]:
     without its CPU-specific SIMD loops (where it dispatches any) and OpenBLAS with its generic
     x86-64 kernels. Each changes only the last bits of the fitted models' least squares, which
     is what a run on another CPU changes."""
-    from numpy._core._multiarray_umath import __cpu_dispatch__, __cpu_features__
-
+    try:  # numpy's own record of the SIMD loops it dispatches (private, numpy 2)
+        from numpy._core._multiarray_umath import __cpu_dispatch__, __cpu_features__
+    except ImportError:
+        __cpu_dispatch__, __cpu_features__ = [], {}
     found = {}
     simd = [f for f in __cpu_dispatch__ if __cpu_features__.get(f)]
     if simd:
@@ -439,9 +441,10 @@ def peer_rounded(workload: int, rounding: str) -> float:
 
 
 def peer_table() -> tuple[str, int, int, int, list[str]]:
-    """perfcast's average JCT on the artifact's 8 workloads beside its published ones. The 40
-    simulations (8 workloads x `PEER_POLICIES`) run in a pool of one process per CPU: one
-    after another they take over an hour on two CPUs."""
+    """perfcast's average JCT on the artifact's 8 workloads beside its published ones. The
+    simulations (8 workloads x `PEER_POLICIES`, and per job under each of `roundings()`) run in
+    a pool of one process per CPU: 13 minutes on two CPUs, where the 40 of `PEER_POLICIES` one
+    after another took over an hour."""
     published = {name: peer_published(name) for name in ("tiresias", "pollux", "optimus")}
     spec = ClusterSpec.parse(PEER_CLUSTER)
     # pollux's runs first: they take minutes, the others seconds, and the pool ends together
@@ -470,8 +473,7 @@ def peer_table() -> tuple[str, int, int, int, list[str]]:
         error = ours["tiresias"] / theirs["tiresias"] - 1
         within += abs(error) <= 0.05
         # per job under every rounding: this machine's and the others'
-        per_job = sorted([ours["pollux"], *(jct[n, rounding] for rounding in other)])
-        median = float(np.median(per_job))
+        median = float(np.median([ours["pollux"], *(jct[n, rounding] for rounding in other)]))
         below += ours["pollux"] < theirs["pollux"]
         below_median += median < theirs["pollux"]
         rows.append(
