@@ -42,7 +42,7 @@ def test_the_fit_recovers_step_times_from_the_models_own_reports() -> None:
     n, r, a = (np.array(c) for c in zip(*asked, strict=True))
     for accum in (0, 2):
         truth, got = TRUE.step_time(n, r, a, accum), fitted.step_time(n, r, a, accum)
-        np.testing.assert_allclose(got, truth, rtol=0.05)
+        np.testing.assert_allclose(got, truth, rtol=0.01)
 
 
 def test_reports_from_one_gpu_only_predict_perfect_scaling() -> None:
