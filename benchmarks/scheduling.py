@@ -511,9 +511,9 @@ def peer_section() -> None:
         f"""
 The figures are exact on one machine (the same to the last digit over runs, processes and hash
 seeds) but not across machines: the fitted models' least squares round differently on other
-CPUs, a few allocations come out otherwise, and the run diverges from there (the same code on
-an earlier machine of the same description, per job, workload-1..8: 2,015.62 / 3,354.47 /
-2,213.18 / 2,650.25 / 2,692.91 / 2,440.86 / 3,623.51 / 2,952.63 s). So per job is also run
+CPUs, a few allocations come out otherwise, and the run diverges from there (per job, with
+the fit of 2026-11-30, workload-2 gave 3,354.47 s on the earlier sessions' machine and
+3,437.73 s on this one). So per job is also run
 under the other roundings this machine has ({names}: the environment variables
 `NPY_DISABLE_CPU_FEATURES` and `OPENBLAS_CORETYPE`, which change the last bits of numpy's and
 OpenBLAS's arithmetic, nothing else), each as its own `perfcast simulate` process with the
