@@ -108,7 +108,7 @@ def fit_throughput(
         start[index] = lower[index] = upper[index] = np.log(value)
 
     if len(np.unique(atomic)) == 1:  # one local batch: the pass time splits evenly
-        pin(0, float(np.mean(pass_s)) / 2)
+        pin(0, max(float(np.mean(pass_s)) / 2, TINY))
     if not np.any(nodes > 1):
         pin(2, TINY)
         pin(3, TINY)
