@@ -13,11 +13,8 @@ import argparse
 import json
 import os
 import platform
-import subprocess
-import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -388,20 +385,19 @@ def peer_published(policy: str) -> dict[str, float]:
     raise PerfcastError(f"{relative} not found under {', '.join(map(str, search_roots()))}")
 
 
-def peer_run(workload: int, label: str) -> float:
-    """perfcast's average JCT on the artifact's workload-`workload` under `PEER_POLICIES[label]`
+def peer_run(workload: int, label: str) -> dict[str, object]:
+    """perfcast's summary of the artifact's workload-`workload` under `PEER_POLICIES[label]`
     (one process of the peer table's pool)."""
     spec = ClusterSpec.parse(PEER_CLUSTER)
     policy, options = PEER_POLICIES[label]
-    run = run_simulation(
+    return run_simulation(
         prepare_workload(f"pollux-workloads:workloads/workload-{workload}", spec),
         spec,
         policy,
         policy_options=options,
         costs=PEER_COSTS,
         round_s=PEER_ROUND_S,
-    )
-    return float(run.summary["avg_jct_s"])
+    ).summary
 
 
 def roundings() -> dict[str, dict[str, str]]:
@@ -422,22 +418,22 @@ def roundings() -> dict[str, dict[str, str]]:
     return found
 
 
-def peer_rounded(workload: int, rounding: str) -> float:
-    """`peer_run(workload, "pollux")` as its own `perfcast simulate` process under one of
-    `roundings()` (numpy and OpenBLAS read them when they load)."""
+def peer_rounded(workload: int, env: dict[str, str]) -> dict[str, object]:
+    """`peer_run(workload, "pollux")` as its own `perfcast simulate` process with `env`, one
+    of `roundings()` (numpy and OpenBLAS read them when they load)."""
     policy, options = PEER_POLICIES["pollux"]
     command = [
-        str(Path(sys.executable).with_name("perfcast")),
-        *("simulate", "--trace", f"pollux-workloads:workloads/workload-{workload}"),
+        *("perfcast", "simulate", "--trace", f"pollux-workloads:workloads/workload-{workload}"),
         *("--cluster", PEER_CLUSTER, "--policy", policy, "--round-s", f"{PEER_ROUND_S:g}"),
         *("--start-s", f"{PEER_COSTS.start_s:g}", "--restart-s", f"{PEER_COSTS.restart_s:g}"),
         *("--resize-s", f"{PEER_COSTS.resize_s:g}", "--migrate-s", f"{PEER_COSTS.migrate_s:g}"),
         *(arg for key, value in options.items() for arg in ("--policy-option", f"{key}={value}")),
         "--json",
     ]
-    env = os.environ | roundings()[rounding]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
-    return float(json.loads(done.stdout.strip().splitlines()[-1])["avg_jct_s"])
+    run = measure(command, env=env)
+    if run.summary is None:
+        raise RuntimeError(f"{' '.join(command)} with {env} failed (exit {run.returncode})")
+    return run.summary
 
 
 def peer_table() -> tuple[str, int, int, int, list[str]]:
@@ -446,28 +442,28 @@ def peer_table() -> tuple[str, int, int, int, list[str]]:
     a pool of one process per CPU: 13 minutes on two CPUs, where the 40 of `PEER_POLICIES` one
     after another took over an hour."""
     published = {name: peer_published(name) for name in ("tiresias", "pollux", "optimus")}
-    spec = ClusterSpec.parse(PEER_CLUSTER)
     # pollux's runs first: they take minutes, the others seconds, and the pool ends together
     runs = sorted(
         ((n, label) for n in range(1, 9) for label in PEER_POLICIES),
         key=lambda run: not run[1].startswith("pollux"),
     )
-    other = list(roundings())
+    other = roundings()
     jct: dict[tuple[int, str], float] = {}
+    jobs: dict[int, object] = {}  # jobs simulated per workload
     with ProcessPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
         futures = {pool.submit(peer_run, *run): run for run in runs}
         futures |= {
-            pool.submit(peer_rounded, n, rounding): (n, rounding)
+            pool.submit(peer_rounded, n, env): (n, rounding)
             for n in range(1, 9)
-            for rounding in other
+            for rounding, env in other.items()
         }
         for future in as_completed(futures):
             n, label = futures[future]
-            jct[n, label] = future.result()
+            summary = future.result()
+            jct[n, label], jobs[n] = float(summary["avg_jct_s"]), summary["jobs"]
             print(f"workload-{n}, {label}: {jct[n, label]:.2f} s", flush=True)
     rows, within, below, below_median = [], 0, 0, 0
     for n in range(1, 9):
-        workload = prepare_workload(f"pollux-workloads:workloads/workload-{n}", spec)
         ours = {label: jct[n, label] for label in PEER_POLICIES}
         theirs = {k: float(v[f"workload-{n}"]) for k, v in published.items()}
         error = ours["tiresias"] / theirs["tiresias"] - 1
@@ -479,7 +475,7 @@ def peer_table() -> tuple[str, int, int, int, list[str]]:
         rows.append(
             {
                 "workload": f"workload-{n}",
-                "jobs": len(workload.jobs),
+                "jobs": jobs[n],
                 "tiresias": ours["tiresias"],
                 "tiresias, artifact": theirs["tiresias"],
                 "tiresias error": f"{error:+.1%}",
@@ -501,7 +497,7 @@ def peer_table() -> tuple[str, int, int, int, list[str]]:
     tiresias = ["workload", "jobs", "tiresias", "tiresias, artifact", "tiresias error"]
     others = ["workload", *frame.columns[5:]]
     tables = markdown(frame[tiresias], 2) + "\n\n" + markdown(frame[others], 2)
-    return tables, within, below, below_median, other
+    return tables, within, below, below_median, list(other)
 
 
 def peer_section() -> None:

@@ -10,6 +10,7 @@ built from the measured trace by `scale_trace` and never reported as a measured 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -60,9 +61,10 @@ class Usage:
     returncode: int
 
 
-def measure(command: list[str], cpu_limit_s: int = 0) -> Usage:
+def measure(command: list[str], cpu_limit_s: int = 0, env: dict[str, str] | None = None) -> Usage:
     """Run `perfcast` with `command`'s arguments (after its first word) as its own process,
-    stopped by the kernel (SIGXCPU) past `cpu_limit_s` seconds of CPU when that is set."""
+    stopped by the kernel (SIGXCPU) past `cpu_limit_s` seconds of CPU when that is set, with
+    `env` added to this process's environment."""
     cli = Path(sys.executable).with_name("perfcast")
     with tempfile.NamedTemporaryFile(suffix=".json") as usage_file:
         start = time.perf_counter()
@@ -79,6 +81,7 @@ def measure(command: list[str], cpu_limit_s: int = 0) -> Usage:
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             check=False,
+            env=None if env is None else os.environ | env,
         )
         wall = time.perf_counter() - start
         usage = json.loads(Path(usage_file.name).read_text() or "{}")
