@@ -363,12 +363,15 @@ PEER_CLUSTER = "16x4:t4"
 PEER_COSTS = Costs(restart_s=30.0, start_s=30.0, resize_s=30.0, migrate_s=30.0)
 PEER_ROUND_S = 60.0
 # label: (policy, options); `pollux` (the default) decides from throughput models fitted to
-# what each job reported itself, as Pollux does; `pollux-pooled` to what every job of a type
-# reported (knowledge Pollux lacks); `pollux-oracle` from the jobs' true step times and noise
+# what each job reported itself, as Pollux does, with the scaling predictor's prior where the
+# job has not run; `pollux-no-prior` assumes perfect scaling there and caps exploration at
+# twice the GPUs run on, as Pollux does; `pollux-pooled` fits to what every job of a type
+# reported (knowledge Pollux lacks); `pollux-oracle` reads the jobs' true step times and noise
 PEER_POLICIES = {
     "tiresias": ("tiresias", {"thresholds": 16 * 3600.0}),
     "elastic": ("elastic", {}),
     "pollux": ("pollux", {"model": "fitted", "profile": "job"}),
+    "pollux-no-prior": ("pollux", {"model": "fitted", "profile": "job", "prior": "none"}),
     "pollux-pooled": ("pollux", {"model": "fitted", "profile": "type"}),
     "pollux-oracle": ("pollux", {"model": "oracle"}),
 }
@@ -486,6 +489,7 @@ def peer_table() -> tuple[str, int, int, int, list[str]]:
                     f"{jct[n, rounding] / theirs['pollux']:.3f}" for rounding in other
                 ),
                 "per job, median": f"{median / theirs['pollux']:.3f}",
+                "no prior ÷ artifact": f"{ours['pollux-no-prior'] / theirs['pollux']:.3f}",
                 "pooled ÷ artifact": f"{ours['pollux-pooled'] / theirs['pollux']:.3f}",
                 "oracle ÷ artifact": f"{ours['pollux-oracle'] / theirs['pollux']:.3f}",
                 "elastic": ours["elastic"],
@@ -531,12 +535,16 @@ artifact's figures are its published average JCTs
 (`pollux/simulator/results-jobload/*-1.0/summary.json`). Tiresias within 5%: {within} of 8.
 perfcast's `pollux` policy (per job, its default) below the artifact's Pollux: {below} of 8. It
 decides from what each job reports, as Pollux does: a throughput model fitted to the step times
-of the configurations the job ran (least squares over Pollux's model; a job never run gets one
-GPU, then at most twice the GPUs it has run on) and the gradient noise it measured at its
-current batch, extrapolated to other batches with Pollux's formula. `pooled`: each job's model
-fitted to the reports of every job of its type, finished ones included
-(`--policy-option profile=type`), knowledge Pollux does not have: a new job starts with a fitted
-model and a cap of twice the type's most GPUs. `pollux, oracle` reads step
+of the configurations the job ran (least squares over Pollux's model) and the gradient noise it
+measured at its current batch, extrapolated to other batches with Pollux's formula. A job never
+run gets one GPU; where it has not run, its model assumes perfcast's scaling predictor's
+synchronization (trained without the T4 cluster's multi-GPU measurements, which are this
+simulation's truth: scheduler/facts/prior.py) scaled from its own one-GPU report, so it may
+take any number of GPUs from its second round. `no prior` (`--policy-option prior=none`) is
+Pollux's own assumption there, perfect scaling, with its cap of twice the GPUs the job has run
+on. `pooled`: each job's model fitted to the reports of every job of its type, finished ones
+included (`--policy-option profile=type`), knowledge Pollux does not have: a new job starts with
+a fitted model. `pollux, oracle` reads step
 times and noise from the jobs' truth (`--policy-option model=oracle`). perfcast allocates by greedy
 proportional gain over packed placements instead of the artifact's genetic search over node
 placements, and orders jobs by classes of attained service. `elastic` decides from step-time

@@ -1,7 +1,8 @@
 """Pollux's throughput model as the `pollux` policy fits it from what jobs report
 (scheduler/facts/throughput.py): the fit recovers a model from its own times, the
 model's step time never falls as a step does more, and a job the policy has never seen run
-gets one GPU, then at most twice the GPUs it has run on."""
+gets one GPU, then at most twice the GPUs it has run on (Pollux's perfect scaling, `prior=none`)
+or what the scaling predictor's prior makes worth it (the default)."""
 
 from __future__ import annotations
 
@@ -55,6 +56,42 @@ def test_reports_from_one_gpu_only_predict_perfect_scaling() -> None:
     assert profile.max_replicas == 2
 
 
+def true_slowdowns(atomic: int) -> dict[tuple[int, int], float]:
+    """A prior that knows TRUE's synchronization: its step on each placement over one GPU's."""
+    one = float(TRUE.optim_time(1, 1, atomic))
+    placements = [(1, 2), (1, 3), (1, 4), (2, 8), (4, 16)]
+    return {(n, r): float(TRUE.optim_time(n, r, atomic)) / one for n, r in placements}
+
+
+def test_with_a_prior_one_gpu_reports_predict_the_priors_sync_not_perfect_scaling() -> None:
+    profile = JobProfile(prior=true_slowdowns)
+    assert not profile.explores_freely  # nothing reported yet: nothing to scale
+    for atomic in (16, 64):
+        profile.report(1, 1, atomic, float(TRUE.pass_time(atomic)), float(TRUE.pass_time(atomic)))
+    assert profile.explores_freely
+    asked = [(1, 2, 32), (1, 4, 64), (2, 8, 16), (4, 16, 64), (3, 12, 32)]
+    n, r, a = (np.array(c) for c in zip(*asked, strict=True))
+    np.testing.assert_allclose(
+        profile.params.step_time(n, r, a, 0), TRUE.step_time(n, r, a, 0), rtol=0.02
+    )
+    assert profile.max_replicas == 2  # Pollux's cap, which the policy no longer needs to apply
+
+
+def test_a_reported_placement_replaces_the_prior_for_its_kind_only() -> None:
+    # the prior says one node costs nothing and spreading 3x; the job then reports one node at
+    # twice its one-GPU step: one node follows the report, across nodes still the prior
+    def prior(atomic: int) -> dict[tuple[int, int], float]:
+        return {(1, 2): 1.0, (1, 4): 1.0, (2, 8): 3.0, (4, 16): 3.0}
+
+    profile = JobProfile(prior=prior)
+    profile.report(1, 1, 32, 0.1, 0.1)
+    assert float(profile.params.step_time(1, 4, 32, 0)) == pytest.approx(0.1, rel=0.05)
+    assert float(profile.params.step_time(2, 8, 32, 0)) == pytest.approx(0.3, rel=0.1)
+    profile.report(1, 4, 32, 0.1, 0.2)
+    assert float(profile.params.step_time(1, 3, 32, 0)) > 0.15  # the report, not the prior
+    assert float(profile.params.step_time(2, 8, 32, 0)) == pytest.approx(0.3, rel=0.15)
+
+
 def test_never_faster_across_nodes_than_on_one_when_never_seen_across_nodes() -> None:
     profile = JobProfile()
     for replicas, sync in ((1, 0.0), (2, 0.05), (4, 0.08)):
@@ -102,9 +139,11 @@ def test_a_step_that_does_more_never_takes_less_time(params, nodes, replicas, at
     assert float(params.optim_time(nodes, replicas, atomic)) >= max(compute, sync) - 1e-12
 
 
-def test_an_unknown_model_option_is_refused_by_name() -> None:
+def test_an_unknown_model_or_prior_option_is_refused_by_name() -> None:
     with pytest.raises(PolicyOptionError, match="model='magic'"):
         make_policy("pollux", model="magic")
+    with pytest.raises(PolicyOptionError, match=r"prior='oracle'.*scaling, none"):
+        make_policy("pollux", prior="oracle")
 
 
 SPEC = ClusterSpec.parse("16x4:t4")
@@ -115,7 +154,7 @@ def test_a_job_gets_one_gpu_then_at_most_twice_the_gpus_it_ran_on() -> None:
     from perfcast.scheduler.sim.run import prepare_workload
 
     workload = prepare_workload("pollux-workloads:workloads/workload-1", SPEC)
-    policy = make_policy("pollux")  # fitted
+    policy = make_policy("pollux", prior="none")  # fitted, assuming perfect scaling
     policy.configure(workload)
     jobs, cluster = JobTable(), ClusterState(SPEC)
     job = next(j for j in workload.jobs if j.job_id.endswith("/cifar10-0"))
@@ -131,6 +170,33 @@ def test_a_job_gets_one_gpu_then_at_most_twice_the_gpus_it_ran_on() -> None:
     assert list(profile.reports) == [(1, 1, app.init_batch)]
     step, sync = app.step_and_sync((1,), app.init_batch)
     assert profile.reports[(1, 1, app.init_batch)] == pytest.approx((step - sync, step))
+
+
+@pytest.mark.skipif(not shared_data_available(), reason="the public datasets are not available")
+def test_with_the_scaling_prior_a_job_that_ran_on_one_gpu_may_take_more_than_twice() -> None:
+    # the default prior: perfcast's scaling predictor, trained without the T4 cluster's
+    # multi-GPU measurements, says what synchronizing costs where the job has not run, so
+    # Pollux's cap (twice the GPUs run on) is not needed
+    from perfcast.scheduler.sim.run import prepare_workload
+
+    workload = prepare_workload("pollux-workloads:workloads/workload-1", SPEC)
+    policy = make_policy("pollux")
+    policy.configure(workload)
+    jobs, cluster = JobTable(), ClusterState(SPEC)
+    job = next(j for j in workload.jobs if j.job_id.endswith("/cifar10-0"))
+    jobs.add(job)
+    app = workload.statistical_model(job.job_type)
+    (alloc,) = policy.schedule(RoundContext(0.0, cluster, jobs))
+    assert alloc.num_gpus == 1  # nothing reported yet: nothing to scale the prior from
+    apply_decision(
+        Run(job.job_id, cluster.find_free(1, None), alloc.batch_size), cluster, jobs, 0.0
+    )
+    (alloc,) = policy.schedule(RoundContext(3600.0, cluster, jobs))
+    profile = policy.profiles[job.job_id]
+    assert profile.explores_freely and alloc.num_gpus > 2
+    slowdowns = profile.prior(app.init_batch)
+    assert min(slowdowns.values()) > 1.0  # synchronizing is never free
+    assert slowdowns[(4, 16)] > slowdowns[(1, 4)]  # nor spreading over nodes
 
 
 @pytest.mark.skipif(not shared_data_available(), reason="the public datasets are not available")

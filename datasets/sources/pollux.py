@@ -44,6 +44,7 @@ log = logging.getLogger(__name__)
 
 SOURCE = "Pollux (OSDI'21), github.com/petuum/adaptdl (osdi21-artifact)"
 GPU_TYPE = "t4"
+CLUSTER = "pollux"  # the scaling rows' cluster: the artifact's 16 x 4 T4 testbed
 GPUS_PER_NODE = 4
 PHILLY = "pollux/traces/philly.csv"
 
@@ -90,7 +91,7 @@ def _scaling_rows(app: str) -> pd.DataFrame:
         ],
         ignore_index=True,
     )
-    return scaling_frame(both, app, GPU_TYPE, cluster="pollux")
+    return scaling_frame(both, app, GPU_TYPE, cluster=CLUSTER)
 
 
 def scaling_frame(both: pd.DataFrame, app: str, gpu_type: str, **extra: str) -> pd.DataFrame:

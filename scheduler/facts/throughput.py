@@ -19,10 +19,17 @@ scaling, and `max_replicas` lets the policy give it at most twice the GPUs it ha
 `JobProfile.step_time` answers with the model where a (nodes, replicas) was never run, and with
 the model scaled to the report where it was: the model is for extrapolating, not for
 overruling an observation.
+
+A profile with a `prior` (`facts/prior.py`: perfcast's scaling predictor) is fitted to its
+reports plus, for each kind of placement the job has not run (several GPUs on one node,
+several nodes), the predicted step there: its one-GPU report times the predicted slowdown.
+Then the model assumes the predictor's synchronization where the job has not run, not perfect
+scaling, and the policy need not cap its exploration (`explores_freely`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -142,6 +149,8 @@ class JobProfile:
     refitted when a new configuration is reported."""
 
     reports: dict[tuple[int, int, int], tuple[float, float]] = field(default_factory=dict)
+    # samples per GPU -> {(nodes, replicas): predicted step there / on one GPU}
+    prior: Callable[[int], Mapping[tuple[int, int], float]] | None = None
     _params: ThroughputParams | None = None
 
     def report(self, nodes: int, replicas: int, atomic: int, pass_s: float, optim_s: float) -> None:
@@ -156,11 +165,34 @@ class JobProfile:
         return max(2 * max((r for _, r, _ in self.reports), default=0), 1)
 
     @property
+    def explores_freely(self) -> bool:
+        """Whether the model has a prior where the job has not run (a prior and a one-GPU
+        report to scale), so that `max_replicas` need not hold the job back."""
+        return self.prior is not None and any(r == 1 for _, r, _ in self.reports)
+
+    def _fitted_reports(self) -> dict[tuple[int, int, int], tuple[float, float]]:
+        """The reports, plus the prior's steps on the kinds of placement the job has not run,
+        each scaled from its one-GPU report at the same samples per GPU."""
+        if self.prior is None:
+            return self.reports
+        one_node = any(n == 1 and r > 1 for n, r, _ in self.reports)
+        spread = any(n > 1 for n, _, _ in self.reports)
+        fitted = dict(self.reports)
+        for (_, replicas, atomic), (pass_s, step_s) in self.reports.items():
+            if replicas != 1:
+                continue
+            for (nodes, gpus), slowdown in self.prior(atomic).items():
+                if not (one_node if nodes == 1 else spread):
+                    fitted.setdefault((nodes, gpus, atomic), (pass_s, step_s * slowdown))
+        return fitted
+
+    @property
     def params(self) -> ThroughputParams | None:
         """The fitted model; None before the first report."""
         if self._params is None and self.reports:
-            keys = np.array(list(self.reports), dtype=float)
-            times = np.array(list(self.reports.values()), dtype=float)
+            reports = self._fitted_reports()
+            keys = np.array(list(reports), dtype=float)
+            times = np.array(list(reports.values()), dtype=float)
             self._params = fit_throughput(keys[:, 0], keys[:, 1], keys[:, 2], *times.T)
         return self._params
 

@@ -34,6 +34,7 @@ from scipy.interpolate import LinearNDInterpolator
 
 from perfcast.datasets.fetch import entries, fetch
 from perfcast.datasets.placements import node_gpus, read_placements
+from perfcast.datasets.sources.pollux import CLUSTER
 from perfcast.errors import PerfcastError
 from perfcast.scheduler.facts.throughput import ThroughputParams, fit_throughput
 
@@ -62,7 +63,10 @@ class BatchSplit:
 
 
 class Application:
-    """One Pollux application's measured step times and gradient statistics."""
+    """One Pollux application's measured step times and gradient statistics, measured on the
+    cluster the scaling datasets name `cluster`."""
+
+    cluster = CLUSTER
 
     def __init__(self, app: str, max_epochs: int, max_local: int | None) -> None:
         self.app, self.max_epochs = app, max_epochs
