@@ -439,11 +439,11 @@ def peer_rounded(workload: int, env: dict[str, str]) -> dict[str, object]:
     return run.summary
 
 
-def peer_table() -> tuple[str, int, int, int, list[str]]:
+def peer_table() -> tuple[str, int, int, int, list[str], list[str]]:
     """perfcast's average JCT on the artifact's 8 workloads beside its published ones. The
     simulations (8 workloads x `PEER_POLICIES`, and per job under each of `roundings()`) run in
-    a pool of one process per CPU: 13 minutes on two CPUs, where the 40 of `PEER_POLICIES` one
-    after another took over an hour."""
+    a pool of one process per CPU: 23 minutes on two CPUs (13 before the `pollux-no-prior`
+    column), where `PEER_POLICIES` one after another took over an hour."""
     published = {name: peer_published(name) for name in ("tiresias", "pollux", "optimus")}
     # pollux's runs first: they take minutes, the others seconds, and the pool ends together
     runs = sorted(
@@ -465,7 +465,7 @@ def peer_table() -> tuple[str, int, int, int, list[str]]:
             summary = future.result()
             jct[n, label], jobs[n] = float(summary["avg_jct_s"]), summary["jobs"]
             print(f"workload-{n}, {label}: {jct[n, label]:.2f} s", flush=True)
-    rows, within, below, below_median = [], 0, 0, 0
+    rows, within, below, below_median, ties = [], 0, 0, 0, []
     for n in range(1, 9):
         ours = {label: jct[n, label] for label in PEER_POLICIES}
         theirs = {k: float(v[f"workload-{n}"]) for k, v in published.items()}
@@ -475,6 +475,9 @@ def peer_table() -> tuple[str, int, int, int, list[str]]:
         median = float(np.median([ours["pollux"], *(jct[n, rounding] for rounding in other)]))
         below += ours["pollux"] < theirs["pollux"]
         below_median += median < theirs["pollux"]
+        each = [ours["pollux"], *(jct[n, rounding] for rounding in other)]
+        if min(each) < theirs["pollux"] < max(each):
+            ties.append(f"workload-{n}")
         rows.append(
             {
                 "workload": f"workload-{n}",
@@ -501,11 +504,11 @@ def peer_table() -> tuple[str, int, int, int, list[str]]:
     tiresias = ["workload", "jobs", "tiresias", "tiresias, artifact", "tiresias error"]
     others = ["workload", *frame.columns[5:]]
     tables = markdown(frame[tiresias], 2) + "\n\n" + markdown(frame[others], 2)
-    return tables, within, below, below_median, list(other)
+    return tables, within, below, below_median, list(other), ties
 
 
 def peer_section() -> None:
-    table, within, below, below_median, other = peer_table()
+    table, within, below, below_median, other, ties = peer_table()
     names = ", ".join(f"`{name}`" for name in other) or "none"
     rounding_note = " ".join(
         f"""
@@ -519,7 +522,7 @@ under the other roundings this machine has ({names}: the environment variables
 OpenBLAS's arithmetic, nothing else), each as its own `perfcast simulate` process with the
 flags above. Below the artifact's Pollux by the median of the {len(other) + 1} roundings:
 {below_median} of 8. A workload whose roundings fall on both sides of 1 is a tie, not a win
-or a loss.
+or a loss: {", ".join(ties) or "none"}.
 """.split()
     )
     body = f"""
