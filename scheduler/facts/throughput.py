@@ -11,11 +11,11 @@ not read from the truth the simulator advances it with.
 
 Fitted by least squares on the log of both reported times, with Pollux's priors: parameters the
 profile cannot identify are pinned (no multi-node run: alpha_n, beta_n; no multi-GPU run on one
-node: alpha_r, beta_r; never more than two replicas: both betas; one local batch only:
-alpha_c at half the pass time), a small pull of gamma toward 1 and of the betas toward 0
-(an optimistic model), and sync across nodes at least 1.1x sync on one node when no
-multi-node run was seen. Before a job has run on more than one GPU the model is perfect
-scaling, and `max_replicas` lets the policy give it at most twice the GPUs it has run on.
+node: alpha_r, beta_r; never more than two replicas: both betas; one local batch only: alpha_c
+at half the pass time), a small pull of gamma toward 1 and of the betas toward 0 (an optimistic
+model), and sync across nodes at least 1.1x sync on one node when no multi-node run was seen.
+Without a prior, before a job has run on more than one GPU the model is perfect scaling, and
+`max_replicas` lets the policy give it at most twice the GPUs it has run on.
 `JobProfile.step_time` answers with the model where a (nodes, replicas) was never run, and with
 the model scaled to the report where it was: the model is for extrapolating, not for
 overruling an observation.
