@@ -149,22 +149,30 @@ def test_an_unknown_model_or_prior_option_is_refused_by_name() -> None:
 SPEC = ClusterSpec.parse("16x4:t4")
 
 
-@pytest.mark.skipif(not shared_data_available(), reason="the public datasets are not available")
-def test_a_job_gets_one_gpu_then_at_most_twice_the_gpus_it_ran_on() -> None:
+def cifar10_after_an_hour_on_one_gpu(**options):
+    """Workload-1's first cifar10 job under `pollux` with `options`, alone on the cluster: its
+    allocation at its first round, and at a round an hour later, having run on one GPU.
+    Returns (policy, job, its application, first allocation, second allocation)."""
     from perfcast.scheduler.sim.run import prepare_workload
 
     workload = prepare_workload("pollux-workloads:workloads/workload-1", SPEC)
-    policy = make_policy("pollux", prior="none")  # fitted, assuming perfect scaling
+    policy = make_policy("pollux", **options)
     policy.configure(workload)
     jobs, cluster = JobTable(), ClusterState(SPEC)
     job = next(j for j in workload.jobs if j.job_id.endswith("/cifar10-0"))
     jobs.add(job)
-    app = workload.statistical_model(job.job_type)
-    (alloc,) = policy.schedule(RoundContext(0.0, cluster, jobs))
-    assert (alloc.num_gpus, alloc.batch_size) == (1, app.init_batch)  # nothing reported yet
+    (first,) = policy.schedule(RoundContext(0.0, cluster, jobs))
     slots = cluster.find_free(1, None)
-    apply_decision(Run(job.job_id, slots, alloc.batch_size), cluster, jobs, 0.0)
-    (alloc,) = policy.schedule(RoundContext(3600.0, cluster, jobs))
+    apply_decision(Run(job.job_id, slots, first.batch_size), cluster, jobs, 0.0)
+    (second,) = policy.schedule(RoundContext(3600.0, cluster, jobs))
+    return policy, job, workload.statistical_model(job.job_type), first, second
+
+
+@pytest.mark.skipif(not shared_data_available(), reason="the public datasets are not available")
+def test_a_job_gets_one_gpu_then_at_most_twice_the_gpus_it_ran_on() -> None:
+    # fitted, assuming perfect scaling
+    policy, job, app, first, alloc = cifar10_after_an_hour_on_one_gpu(prior="none")
+    assert (first.num_gpus, first.batch_size) == (1, app.init_batch)  # nothing reported yet
     assert alloc.num_gpus <= 2  # cifar10 scales, but it has run on one GPU only
     profile = policy.profiles[job.job_id]  # profile=job, the default: its own reports
     assert list(profile.reports) == [(1, 1, app.init_batch)]
@@ -177,21 +185,8 @@ def test_with_the_scaling_prior_a_job_that_ran_on_one_gpu_may_take_more_than_twi
     # the default prior: perfcast's scaling predictor, trained without the T4 cluster's
     # multi-GPU measurements, says what synchronizing costs where the job has not run, so
     # Pollux's cap (twice the GPUs run on) is not needed
-    from perfcast.scheduler.sim.run import prepare_workload
-
-    workload = prepare_workload("pollux-workloads:workloads/workload-1", SPEC)
-    policy = make_policy("pollux")
-    policy.configure(workload)
-    jobs, cluster = JobTable(), ClusterState(SPEC)
-    job = next(j for j in workload.jobs if j.job_id.endswith("/cifar10-0"))
-    jobs.add(job)
-    app = workload.statistical_model(job.job_type)
-    (alloc,) = policy.schedule(RoundContext(0.0, cluster, jobs))
-    assert alloc.num_gpus == 1  # nothing reported yet: nothing to scale the prior from
-    apply_decision(
-        Run(job.job_id, cluster.find_free(1, None), alloc.batch_size), cluster, jobs, 0.0
-    )
-    (alloc,) = policy.schedule(RoundContext(3600.0, cluster, jobs))
+    policy, job, app, first, alloc = cifar10_after_an_hour_on_one_gpu()
+    assert first.num_gpus == 1  # nothing reported yet: nothing to scale the prior from
     profile = policy.profiles[job.job_id]
     assert profile.explores_freely and alloc.num_gpus > 2
     slowdowns = profile.prior(app.init_batch)

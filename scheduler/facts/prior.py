@@ -20,6 +20,7 @@ from functools import cache
 
 import pandas as pd
 
+from perfcast.datasets.placements import even_placement
 from perfcast.predictor.base import TaskPredictor
 
 # (nodes, GPUs) a prior slowdown is given for, per GPUs per node: a few GPUs on one node, then
@@ -36,7 +37,6 @@ class ScalingPrior:
         self.predictor, self.templates = predictor, templates
         self.configs = [(1, n) for n in range(2, gpus_per_node + 1)]
         self.configs += [(nodes, nodes * gpus_per_node) for nodes in SPREAD_NODES]
-        self.gpus_per_node = gpus_per_node
         self._slowdowns = cache(self._predict)
 
     def knows(self, job_type: str) -> bool:
@@ -53,15 +53,10 @@ class ScalingPrior:
         rows["job"] = job_type
         rows["num_nodes"] = [nodes for nodes, _ in configs]
         rows["num_gpus"] = [gpus for _, gpus in configs]
-        rows["placement"] = [self._placement(nodes, gpus) for nodes, gpus in configs]
+        rows["placement"] = [even_placement(gpus, nodes) for nodes, gpus in configs]
         rows["local_batch_size"] = atomic
         step = self.predictor.predict_interval(rows)["step_time_s"].to_numpy(dtype=float)
         return {config: float(step[i + 1] / step[0]) for i, config in enumerate(self.configs)}
-
-    def _placement(self, nodes: int, gpus: int) -> str:
-        """The scaling contract's placement: GPUs per node, as digits."""
-        full, rest = divmod(gpus, self.gpus_per_node)
-        return str(self.gpus_per_node) * full + (str(rest) if rest else "")
 
 
 @cache
